@@ -1,0 +1,102 @@
+"""The BERT encoder over packed sequences, with HF checkpoint names mapped onto it."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+_LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+# HF per-layer module -> (our module, index of the stacked QKV slice or None)
+_LAYER_NAMES = {
+    "attention.self.query": ("qkv", 0),
+    "attention.self.key": ("qkv", 1),
+    "attention.self.value": ("qkv", 2),
+    "attention.output.dense": ("attn_out", None),
+    "attention.output.LayerNorm": ("attn_norm", None),
+    "intermediate.dense": ("ffn_in", None),
+    "output.dense": ("ffn_out", None),
+    "output.LayerNorm": ("ffn_norm", None),
+}
+
+
+class BertEmbeddings(nn.Module):
+    """Word + absolute position + token type embeddings, then LayerNorm."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, input_ids, positions, token_type_ids) -> torch.Tensor:
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.LayerNorm(x)
+
+
+class BertLayer(nn.Module):
+    """Post-norm transformer layer: fused QKV, varlen attention, GELU feed-forward."""
+
+    def __init__(self, config, attention) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.head_dim = hidden // self.num_heads
+        self.attention = attention
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.attn_out = nn.Linear(hidden, hidden)
+        self.attn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(hidden, config.intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.ffn_out = nn.Linear(config.intermediate_size, hidden)
+        self.ffn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        attended = self.attention.forward(q, k, v, attn_metadata).reshape(tokens, -1)
+        x = self.attn_norm(x + self.attn_out(attended))
+        return self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
+
+
+class BertEncoder(nn.Module):
+    """``BertModel`` without its pooler: packed tokens in, last hidden states ``[T, H]`` out."""
+
+    checkpoint_prefix = "bert."
+    skipped_prefixes = ("pooler.", "cls.", "embeddings.position_ids")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__()
+        kind = getattr(config, "position_embedding_type", "absolute")
+        if kind != "absolute":
+            raise ValueError(f"{type(self).__name__} supports absolute position embeddings, not {kind!r}")
+        self.hidden_size = config.hidden_size
+        self.embeddings = BertEmbeddings(config)
+        self.layers = nn.ModuleList(BertLayer(config, attention) for _ in range(config.num_hidden_layers))
+
+    def forward(self, model_input) -> torch.Tensor:
+        x = self.embeddings(model_input.input_ids, model_input.positions, model_input.token_type_ids)
+        for layer in self.layers:
+            x = layer(x, model_input.attn_metadata)
+        return x
+
+    def map_checkpoint_name(self, name: str):
+        """Map an HF checkpoint name to ``(parameter, rows)``; ``None`` for weights not used."""
+        name = name.removeprefix(self.checkpoint_prefix)
+        name = name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if name.startswith(self.skipped_prefixes):
+            return None
+        match = _LAYER.match(name)
+        if match is None:
+            return name, None
+        index, module, kind = match.groups()
+        ours, part = _LAYER_NAMES.get(module, (module, None))
+        rows = None if part is None else slice(part * self.hidden_size, (part + 1) * self.hidden_size)
+        return f"layers.{index}.{ours}.{kind}", rows

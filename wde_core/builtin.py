@@ -1,0 +1,88 @@
+"""The core's own plugin: default stage components, the embed workflow, backend selection.
+
+Registered through the same hooks as any third-party plugin; it names no concrete model.
+"""
+
+from __future__ import annotations
+
+from wde_core.hookspecs import hookimpl
+from wde_core.registry import Workflow
+
+_S = "wde_core.stages"
+
+
+@hookimpl
+def wde_register_input_processors(register):
+    register("text", f"{_S}.input_processor:TextInputProcessor", "str or list of str, prompts applied")
+
+
+@hookimpl
+def wde_register_tokenizers(register):
+    register("hf-fast", f"{_S}.tokenizer:HFTokenizer", "the model directory's fast tokenizer")
+
+
+@hookimpl
+def wde_register_schedulers(register):
+    register("token-budget", f"{_S}.scheduler:TokenBudgetScheduler", "FCFS under a token and sequence budget")
+
+
+@hookimpl
+def wde_register_model_input_builders(register):
+    register("flat", f"{_S}.model_input:FlatBatchBuilder", "packed, padding-free batch with cu_seqlens")
+
+
+@hookimpl
+def wde_register_attention_backends(register):
+    register("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention", "torch SDPA, CPU and GPU")
+    register("eager", "wde_core.attention.eager:EagerAttention", "matmul + softmax, the reference")
+    register("flash_attn", "wde_core.attention.flash:FlashAttention", "flash_attn_varlen_func, CUDA only")
+
+
+@hookimpl
+def wde_register_executors(register):
+    register("sync", f"{_S}.executor:SyncExecutor", "runs each batch on the calling thread")
+
+
+@hookimpl
+def wde_register_workers(register):
+    register("model", f"{_S}.worker:ModelWorker", "one model replica on one device")
+
+
+@hookimpl
+def wde_register_output_processors(register):
+    register("embedding", f"{_S}.output:EmbeddingOutputProcessor", "pooling, dimensions, L2 normalization")
+
+
+@hookimpl
+def wde_register_engine_args(register):
+    register("default", "wde_core.engine_args:EngineArgs", "the arguments every workflow accepts")
+
+
+@hookimpl
+def wde_register_workflows(register):
+    register(Workflow(
+        name="embed",
+        input_processor="text",
+        tokenizer="hf-fast",
+        scheduler="token-budget",
+        model_input_builder="flat",
+        executor="sync",
+        worker="model",
+        output_processor="embedding",
+        engine_args="default",
+        description="texts -> pooled, optionally normalized embeddings",
+    ))
+
+
+@hookimpl(trylast=True)
+def wde_select_attention_backend(device, dtype, causal):
+    """flash_attn on CUDA in half precision when installed, else torch_sdpa."""
+    import torch
+
+    if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
+        from wde_core.attention.flash import flash_attn_available
+
+        if flash_attn_available():
+            return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
+        return "torch_sdpa", "auto: flash-attn is not installed"
+    return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {str(dtype).replace('torch.', '')}"

@@ -1,0 +1,55 @@
+"""Engine arguments: the base set every workflow accepts; workflows may register subclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+POOLINGS = ("cls", "mean", "last", "max")
+
+
+@dataclass
+class EngineArgs:
+    """Arguments accepted by every workflow; ``None`` means "decide from the model or device".
+
+    ``max_num_batched_tokens`` and ``max_num_seqs`` bound each batch the scheduler forms;
+    ``dtype="auto"`` is float32 on CPU and float16 on CUDA.
+    """
+
+    model: str | None = None
+    revision: str | None = None
+    task: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    attention_backend: str | None = None
+    executor: str | None = None
+    max_model_len: int | None = None
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    pooling: str | None = None
+    normalize: bool | None = None
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"engine argument dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ValueError(f"engine argument pooling={self.pooling!r}: expected one of {', '.join(POOLINGS)}")
+        for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"engine argument {name}={value!r}: expected a positive integer")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any], *, workflow: str = "") -> "EngineArgs":
+        """Build from keyword arguments, refusing unknown names with the accepted ones listed."""
+        accepted = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - accepted)
+        if unknown:
+            where = f" by workflow {workflow!r}" if workflow else ""
+            raise TypeError(
+                f"unknown engine argument(s) {', '.join(unknown)}; accepted{where}: {', '.join(sorted(accepted))}"
+            )
+        return cls(**kwargs)

@@ -1,0 +1,118 @@
+"""The wde hook specifications: the whole contract between the core and its plugins.
+
+Three verbs with fixed meanings:
+
+* ``wde_register_*(register)``: called once for every plugin when plugins load; the plugin calls
+  ``register(...)`` for each thing it provides. The core validates every call (names unique, import
+  paths resolvable) and records which plugin gave what.
+* ``wde_select_*`` / ``wde_get_*``: ``firstresult`` hooks, the first non-``None`` answer wins.
+* ``wde_on_*``: notifications; return values are ignored.
+
+Hooks run while plugins load and while an engine is assembled, never per batch.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT_NAME = "wde"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+# --- engine stages: one registration hook per stage -------------------------------------------
+# Every stage hook receives ``register(name, target, description="")`` where ``target`` is an
+# import path ``"package.module:attribute"`` naming a class (or factory) for that stage.
+
+
+@hookspec
+def wde_register_input_processors(register):
+    """Register input processors: turn user inputs (texts, pairs, ...) into validated requests."""
+
+
+@hookspec
+def wde_register_tokenizers(register):
+    """Register tokenizers: turn requests into token ids, applying the truncation policy."""
+
+
+@hookspec
+def wde_register_schedulers(register):
+    """Register schedulers: group waiting requests into batches under a token budget."""
+
+
+@hookspec
+def wde_register_model_input_builders(register):
+    """Register model-input builders: turn a batch into flat, padding-free model tensors."""
+
+
+@hookspec
+def wde_register_attention_backends(register):
+    """Register attention backends: varlen attention over packed sequences (causal or not)."""
+
+
+@hookspec
+def wde_register_executors(register):
+    """Register executors: drive workers and return a future per submitted model input."""
+
+
+@hookspec
+def wde_register_workers(register):
+    """Register workers: own the model on one device and run the forward pass and pooler."""
+
+
+@hookspec
+def wde_register_output_processors(register):
+    """Register output processors: pool hidden states on the device and shape user results."""
+
+
+@hookspec
+def wde_register_engine_args(register):
+    """Register engine-argument classes: dataclasses listing the arguments a workflow accepts."""
+
+
+# --- workflows, architectures, model sources ------------------------------------------------
+
+
+@hookspec
+def wde_register_workflows(register):
+    """Register workflows with ``register(workflow)``: a :class:`wde_core.Workflow` naming one
+    component per stage."""
+
+
+@hookspec
+def wde_register_architectures(register):
+    """Link HF architectures to workflows with ``register(ArchitectureLink(...))``: the
+    ``(architecture, task)`` pair, the workflow that serves it and the model class to build."""
+
+
+@hookspec
+def wde_register_model_sources(register):
+    """Register local copies of hub models with ``register(model_id, resolver)``: ``resolver`` is
+    an import path of a function returning the model directory (or ``None`` when unavailable)."""
+
+
+@hookspec(firstresult=True)
+def wde_get_default_model():
+    """Return the model id served when the user names no model, or ``None`` for no opinion."""
+
+
+@hookspec(firstresult=True)
+def wde_select_attention_backend(device, dtype, causal):
+    """Return ``(backend_name, reason)`` for a ``torch.device``/``torch.dtype`` pair, or ``None``.
+
+    Called once per engine when neither the ``attention_backend`` engine argument nor the
+    ``WDE_ATTENTION_BACKEND`` environment variable names a backend."""
+
+
+# --- command line and notifications -----------------------------------------------------------
+
+
+@hookspec
+def wde_register_commands(cli):
+    """Add commands to the ``wde`` command line: ``cli`` is the root :class:`click.Group`."""
+
+
+@hookspec
+def wde_on_pipeline_assembled(pipeline):
+    """Notify that an engine assembled ``pipeline`` (a :class:`wde_core.Pipeline`), before any
+    batch runs."""

@@ -1,0 +1,145 @@
+"""Finding a model directory and reading what it says, without loading any weights.
+
+A model is a local directory, a hub id served by a registered local copy (a model source), or a
+hub id resolved through ``huggingface_hub``: the local cache first, then a download unless
+``HF_HUB_OFFLINE`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wde_core.registry import Registry
+
+POOLING_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_lasttoken": "last",
+    "pooling_mode_max_tokens": "max",
+}
+_SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model", "*.pt", "1_Pooling/*"]
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model is neither a local directory, a registered local copy, nor on the hub."""
+
+
+@dataclass
+class SentenceTransformerFiles:
+    """What the sentence-transformers files of a model directory say (``None`` where silent)."""
+
+    pooling: str | None = None
+    include_prompt: bool = True
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    unsupported_modules: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelDirectory:
+    """A resolved model: where it lives, how it was found, its HF config and ST files."""
+
+    name: str
+    path: Path
+    found_by: str
+    config: Any
+    st: SentenceTransformerFiles
+
+    @property
+    def architectures(self) -> list[str]:
+        """The architectures ``config.json`` lists."""
+        return list(getattr(self.config, "architectures", None) or [])
+
+
+def open_model_directory(model: str, registry: Registry, revision: str | None = None) -> ModelDirectory:
+    """Resolve ``model`` to a directory and read its config and sentence-transformers files."""
+    path, found_by = resolve_model_path(model, registry, revision)
+    if not (path / "config.json").is_file():
+        raise ModelNotFoundError(f"model {model!r}: {path} has no config.json")
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(path))
+    except (ValueError, KeyError, OSError) as exc:
+        raise ValueError(f"model {model!r}: cannot read {path / 'config.json'}: {exc}") from exc
+    return ModelDirectory(model, path, found_by, config, read_sentence_transformer_files(path))
+
+
+def resolve_model_path(model: str, registry: Registry, revision: str | None = None) -> tuple[Path, str]:
+    """Return ``(directory, how it was found)`` for a local path or hub id."""
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local.resolve(), "local directory"
+    source = registry.model_sources.get(model)
+    if source is not None:
+        found = source.resolve()
+        if found is not None and Path(found).is_dir():
+            return Path(found), f"local copy registered by {source.provider}"
+    return _from_hub(model, revision)
+
+
+def _from_hub(model: str, revision: str | None) -> tuple[Path, str]:
+    import huggingface_hub
+    from huggingface_hub.utils import HFValidationError
+
+    try:
+        path = huggingface_hub.snapshot_download(model, revision=revision, local_files_only=True)
+        return Path(path), "hub cache"
+    except HFValidationError:
+        raise ModelNotFoundError(f"model {model!r} is neither a directory nor a valid hub id") from None
+    except Exception:  # noqa: BLE001 - not cached: try the hub below
+        pass
+    try:
+        path = huggingface_hub.snapshot_download(model, revision=revision, allow_patterns=HUB_PATTERNS)
+    except Exception as exc:  # noqa: BLE001 - offline, unknown repo, no network
+        raise ModelNotFoundError(
+            f"model {model!r} is not a local directory, not a registered local copy, not in the "
+            f"hub cache, and could not be downloaded: {type(exc).__name__}: {exc}"
+        ) from None
+    return Path(path), "downloaded from the hub"
+
+
+def read_sentence_transformer_files(path: Path) -> SentenceTransformerFiles:
+    """Read ``modules.json``, the pooling config, ``sentence_bert_config.json`` and prompts."""
+    st = SentenceTransformerFiles()
+    modules = _read_json(path / "modules.json") or []
+    for module in modules:
+        kind = module.get("type", "").rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            _read_pooling(path / module.get("path", ""), st)
+        elif kind == "Normalize":
+            st.normalize = True
+        elif kind not in _SUPPORTED_MODULES:
+            st.unsupported_modules.append(module.get("type", "?"))
+    if modules and st.normalize is None:
+        st.normalize = False
+    bert_config = _read_json(path / "sentence_bert_config.json") or {}
+    st.max_seq_length = bert_config.get("max_seq_length")
+    st_config = _read_json(path / "config_sentence_transformers.json") or {}
+    st.prompts = dict(st_config.get("prompts") or {})
+    st.default_prompt_name = st_config.get("default_prompt_name")
+    return st
+
+
+def _read_pooling(directory: Path, st: SentenceTransformerFiles) -> None:
+    config = _read_json(directory / "config.json") or {}
+    modes = [mode for key, mode in POOLING_MODES.items() if config.get(key)]
+    others = [k for k, v in config.items() if k.startswith("pooling_mode_") and v and k not in POOLING_MODES]
+    if len(modes) + len(others) > 1 or others:
+        st.unsupported_modules.append(f"Pooling with {sorted(others + modes)}")
+    elif modes:
+        st.pooling = modes[0]
+    st.include_prompt = bool(config.get("include_prompt", True))
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

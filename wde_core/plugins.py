@@ -1,0 +1,169 @@
+"""Loading plugins: the core's built-ins, then every ``wde`` entry point, lazily and once.
+
+Set ``WDE_PLUGINS`` to a comma-separated list of entry-point names to load only those
+(``WDE_PLUGINS=`` loads none besides the core). A plugin that fails to import, or raises while
+registering, is reported by name; the others keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Iterable
+
+import pluggy
+
+from wde_core import hookspecs
+from wde_core.registry import STAGES, Problem, Registry
+
+logger = logging.getLogger("wde")
+
+ENTRY_POINT_GROUP = "wde"
+ALLOWLIST_ENV = "WDE_PLUGINS"
+CORE_PLUGIN_NAME = "wde-core"
+BUILTIN_MODULES = ("wde_core.builtin",)
+STAGE_HOOKS = {stage: f"wde_register_{stage}s" for stage in STAGES} | {"engine_args": "wde_register_engine_args"}
+
+
+@dataclass
+class PluginInfo:
+    """An installed plugin: its name, the distribution that ships it, its version and its hooks."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: list[str] = field(default_factory=list)
+
+
+class PluginHost:
+    """Owns the pluggy manager and the registry filled from every loaded plugin."""
+
+    def __init__(self, *, use_entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.use_entry_points = use_entry_points
+        self.registry = Registry()
+        self.plugins: dict[str, PluginInfo] = {}
+        self.failures: list[Problem] = []
+        self._loaded = False
+
+    @property
+    def hook(self):
+        """The pluggy hook relay, for ``firstresult`` and notification hooks."""
+        return self.pm.hook
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Plugins that failed to load, refused registrations and dangling references."""
+        return self.failures + self.registry.problems
+
+    def load(self, extra_plugins: Iterable[tuple[str, Any]] = ()) -> "PluginHost":
+        """Register built-ins, entry points and ``extra_plugins`` (name, object), then collect."""
+        if self._loaded:
+            return self
+        self._loaded = True
+        import importlib
+
+        core_version = _version_of("wde-core")
+        for module_name in BUILTIN_MODULES:
+            self._register(CORE_PLUGIN_NAME, importlib.import_module(module_name), "wde-core", core_version)
+        if self.use_entry_points:
+            self._load_entry_points()
+        for name, obj in extra_plugins:
+            self._register(name, obj, "(in process)", "")
+        self._collect()
+        return self
+
+    def _load_entry_points(self) -> None:
+        allow = os.environ.get(ALLOWLIST_ENV)
+        allowed = None if allow is None else {n.strip() for n in allow.split(",") if n.strip()}
+        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            if allowed is not None and ep.name not in allowed:
+                continue
+            dist = ep.dist.name if ep.dist else "?"
+            version = ep.dist.version if ep.dist else ""
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the others
+                self._fail(ep.name, f"failed to load {ep.value!r} from {dist}: {exc!r}")
+                continue
+            self._register(ep.name, plugin, dist, version)
+
+    def _register(self, name: str, plugin: Any, dist: str, version: str) -> None:
+        existing = self.pm.get_plugin(name)
+        if existing is not None and existing is not plugin:
+            owner = self.plugins[name].distribution if name in self.plugins else "?"
+            self._fail(name, f"duplicate plugin name: already provided by {owner}, refused from {dist}")
+            return
+        if existing is None:
+            try:
+                self.pm.register(plugin, name=name)
+            except Exception as exc:  # noqa: BLE001 - pluggy validation errors
+                self._fail(name, f"rejected by the plugin manager: {exc}")
+                return
+        hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+        info = self.plugins.setdefault(name, PluginInfo(name, dist, version))
+        info.hooks = hooks
+
+    def _fail(self, plugin: str, message: str) -> None:
+        logger.warning("wde plugin %s: %s", plugin, message)
+        self.failures.append(Problem(plugin, message))
+
+    def _collect(self) -> None:
+        reg = self.registry
+        for stage, hook_name in STAGE_HOOKS.items():
+            self._call_register(hook_name, lambda provider, stage=stage: reg.component_registrar(stage, provider))
+        self._call_register("wde_register_workflows", reg.workflow_registrar)
+        self._call_register("wde_register_architectures", reg.architecture_registrar)
+        self._call_register("wde_register_model_sources", reg.model_source_registrar)
+        for problem in reg.check_references():
+            self._fail(problem.plugin, problem.message)
+
+    def _call_register(self, hook_name: str, make_registrar: Callable[[str], Callable]) -> None:
+        """Call one registration hook plugin by plugin, each with its own recording callback."""
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            provider = impl.plugin_name
+            register = _guarded(make_registrar(provider), provider, hook_name, self.registry)
+            try:
+                impl.function(register=register)
+            except Exception as exc:  # noqa: BLE001 - the plugin is reported, the others go on
+                self._fail(provider, f"{hook_name} raised {exc!r}")
+
+
+def _guarded(register: Callable, provider: str, hook_name: str, registry: Registry) -> Callable:
+    """Wrap a registrar so a refused registration is recorded and the plugin goes on."""
+
+    def guarded(*args, **kwargs):
+        try:
+            register(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            logger.warning("wde plugin %s: %s: %s", provider, hook_name, exc)
+            registry.problems.append(Problem(provider, f"{hook_name}: {exc}"))
+
+    return guarded
+
+
+def _version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "(source tree)"
+
+
+_host: PluginHost | None = None
+
+
+def get_plugin_host() -> PluginHost:
+    """Return the process-wide plugin host, loading plugins on first use."""
+    global _host
+    if _host is None:
+        _host = PluginHost().load()
+    return _host
+
+
+def reset_plugin_host(host: PluginHost | None = None) -> None:
+    """Replace (or drop, with ``None``) the process-wide host; for tests and embedding apps."""
+    global _host
+    _host = host

@@ -1,0 +1,32 @@
+"""Requests and per-call options, as they travel through the stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """Per-request output options of the embed task (``None`` means the model's setting)."""
+
+    normalize: bool | None = None
+    dimensions: int | None = None
+
+
+@dataclass
+class Request:
+    """One input: its position in the caller's list, the text to tokenize and its token ids."""
+
+    index: int
+    text: Any
+    options: Any = None
+    prompt: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    token_type_ids: list[int] | None = None
+    prompt_len: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """The number of tokens the request occupies in a batch."""
+        return len(self.token_ids)

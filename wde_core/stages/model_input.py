@@ -1,0 +1,83 @@
+"""Model-input builder: one flat, padding-free batch of tensors plus attention metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from wde_core.request import Request
+
+
+@dataclass
+class ModelInput:
+    """A packed batch: ``T`` tokens of ``B`` sequences, laid end to end.
+
+    ``cu_seqlens[b]:cu_seqlens[b+1]`` are sequence ``b``'s tokens; ``positions`` count from the
+    model's position offset within each sequence; ``pool_start`` is the first pooled token of each
+    sequence (after a prompt that pooling excludes).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    token_type_ids: torch.Tensor | None
+    cu_seqlens: torch.Tensor
+    max_seqlen: int
+    seq_lens: list[int]
+    pool_start: torch.Tensor
+    attn_metadata: Any
+
+    @property
+    def num_seqs(self) -> int:
+        """The number of sequences in the batch."""
+        return len(self.seq_lens)
+
+    def to(self, device: torch.device) -> "ModelInput":
+        """Return a copy with every tensor (metadata included) on ``device``."""
+        return move_to(self, device)
+
+
+def move_to(obj: Any, device: torch.device) -> Any:
+    """Move the tensors of a dataclass (recursively) to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: move_to(getattr(obj, f.name), device) for f in dataclasses.fields(obj)}
+        return dataclasses.replace(obj, **changes)
+    return obj
+
+
+class FlatBatchBuilder:
+    """Concatenates the requests' tokens; linear layers never see padding."""
+
+    def __init__(self, pipeline, attention_backend) -> None:
+        self.attention = attention_backend
+        self.causal = pipeline.settings.causal
+        self.position_offset = int(pipeline.settings.defaults.get("position_offset", 0))
+
+    def build(self, requests: list[Request]) -> ModelInput:
+        """Pack ``requests`` into one :class:`ModelInput` on the CPU."""
+        seq_lens = [r.num_tokens for r in requests]
+        lens = torch.tensor(seq_lens, dtype=torch.int64)
+        cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
+        torch.cumsum(lens, 0, out=cu_seqlens[1:])
+        total = int(cu_seqlens[-1])
+        starts = torch.repeat_interleave(cu_seqlens[:-1].long(), lens)
+        positions = torch.arange(total) - starts + self.position_offset
+        input_ids = torch.tensor([t for r in requests for t in r.token_ids], dtype=torch.int64)
+        token_types = None
+        if requests[0].token_type_ids is not None:
+            token_types = torch.tensor([t for r in requests for t in r.token_type_ids], dtype=torch.int64)
+        prompt_lens = torch.tensor([r.prompt_len for r in requests], dtype=torch.int64)
+        return ModelInput(
+            input_ids=input_ids,
+            positions=positions,
+            token_type_ids=token_types,
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max(seq_lens),
+            seq_lens=seq_lens,
+            pool_start=cu_seqlens[:-1].long() + prompt_lens,
+            attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal),
+        )

@@ -1,0 +1,45 @@
+"""Pooling over packed sequences, on the model's device: CLS, mean, last token, max."""
+
+from __future__ import annotations
+
+import torch
+
+from wde_core.stages.model_input import ModelInput
+
+
+def _segments(model_input: ModelInput, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the sequence index of every pooled token and the pooled-token mask."""
+    lens = torch.as_tensor(model_input.seq_lens, device=hidden.device)
+    seq_of_token = torch.repeat_interleave(torch.arange(len(lens), device=hidden.device), lens)
+    token_index = torch.arange(hidden.shape[0], device=hidden.device)
+    pooled = token_index >= model_input.pool_start[seq_of_token]
+    return seq_of_token, pooled
+
+
+def pool_cls(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
+    """The first token of each sequence."""
+    return hidden.index_select(0, model_input.cu_seqlens[:-1].long())
+
+
+def pool_last(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
+    """The last real token of each sequence."""
+    return hidden.index_select(0, model_input.cu_seqlens[1:].long() - 1)
+
+
+def pool_mean(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
+    """The mean of each sequence's tokens (after an excluded prompt), summed in float32."""
+    seq_of_token, pooled = _segments(model_input, hidden)
+    sums = hidden.new_zeros(model_input.num_seqs, hidden.shape[1], dtype=torch.float32)
+    sums.index_add_(0, seq_of_token[pooled], hidden[pooled].float())
+    counts = torch.bincount(seq_of_token[pooled], minlength=model_input.num_seqs).clamp(min=1)
+    return sums / counts[:, None]
+
+
+def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
+    """The element-wise maximum over each sequence's tokens."""
+    seq_of_token, pooled = _segments(model_input, hidden)
+    out = hidden.new_full((model_input.num_seqs, hidden.shape[1]), float("-inf"))
+    return out.index_reduce_(0, seq_of_token[pooled], hidden[pooled], "amax")
+
+
+POOLERS = {"cls": pool_cls, "mean": pool_mean, "last": pool_last, "max": pool_max}

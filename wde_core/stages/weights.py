@@ -1,0 +1,100 @@
+"""Reading checkpoints (safetensors, sharded or not, and ``pytorch_model.bin``) into a model.
+
+The model maps checkpoint names to its own parameters with ``map_checkpoint_name(name)``, which
+returns ``(parameter_name, rows)`` or ``None`` for weights it deliberately skips; ``rows`` is
+``None`` or the ``slice`` of dimension 0 that the tensor fills in a parameter stacking several
+checkpoint tensors (a fused QKV projection). Missing, unexpected and mis-shaped weights are
+errors that name them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+BIN_INDEX = "pytorch_model.bin.index.json"
+
+
+class WeightsError(ValueError):
+    """The checkpoint does not fit the model, or cannot be read."""
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """Return the weight files of a model directory, preferring safetensors."""
+    for index_name, single in ((SAFETENSORS_INDEX, "model.safetensors"), (BIN_INDEX, "pytorch_model.bin")):
+        if (directory / index_name).is_file():
+            weight_map = json.loads((directory / index_name).read_text())["weight_map"]
+            return [directory / name for name in sorted(set(weight_map.values()))]
+        if (directory / single).is_file():
+            return [directory / single]
+    raise WeightsError(f"{directory}: no weights found (model.safetensors, {SAFETENSORS_INDEX}, "
+                       f"pytorch_model.bin or {BIN_INDEX})")
+
+
+def iter_checkpoint(directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, tensor)`` for every weight in the directory, one file at a time."""
+    for path in checkpoint_files(directory):
+        if not path.is_file():
+            raise WeightsError(f"weights file {path} is listed in the index but missing")
+        yield from (_iter_safetensors(path) if path.suffix == ".safetensors" else _iter_bin(path))
+
+
+def _iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+    except SafetensorError as exc:
+        raise WeightsError(f"corrupted safetensors file {path}: {exc}") from None
+
+
+def _iter_bin(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle, zip and unpickler errors alike
+        raise WeightsError(f"unreadable weights file {path}: {exc}") from None
+    yield from state.items()
+
+
+def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tensor]], *, source: str = "") -> None:
+    """Copy ``weights`` into ``model``; raise :class:`WeightsError` naming any misfit."""
+    params = dict(model.named_parameters())
+    filled: dict[str, int] = {}
+    unexpected: list[str] = []
+    for name, tensor in weights:
+        mapped = model.map_checkpoint_name(name)
+        if mapped is None:
+            continue
+        param_name, rows = mapped
+        param = params.get(param_name)
+        if param is None:
+            unexpected.append(name)
+            continue
+        target = param.data if rows is None else param.data[rows]
+        check_shape(name, tensor, target)
+        target.copy_(tensor)
+        filled[param_name] = filled.get(param_name, 0) + target.shape[0]
+    missing = [p for p, param in params.items() if filled.get(p, 0) < param.shape[0]]
+    where = f" ({source})" if source else ""
+    if unexpected:
+        raise WeightsError(f"unexpected weights in the checkpoint{where}: {_names(unexpected)}")
+    if missing:
+        raise WeightsError(f"weights missing from the checkpoint{where}: {_names(missing)}")
+
+
+def check_shape(name: str, tensor: torch.Tensor, target: torch.Tensor) -> None:
+    """Raise naming ``name`` when the checkpoint tensor does not fit its parameter."""
+    if tuple(tensor.shape) != tuple(target.shape):
+        raise WeightsError(f"weight {name!r} has shape {list(tensor.shape)} in the checkpoint, "
+                           f"the model expects {list(target.shape)}")
+
+
+def _names(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")

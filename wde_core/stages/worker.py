@@ -1,0 +1,37 @@
+"""The worker: builds the model on its device, loads the weights, runs forward and pooling."""
+
+from __future__ import annotations
+
+import torch
+
+from wde_core.registry import import_target
+from wde_core.stages.model_input import ModelInput
+from wde_core.stages.weights import iter_checkpoint, load_weights
+
+
+class ModelWorker:
+    """Owns one model replica on one device."""
+
+    def __init__(self, pipeline, attention_backend, output_processor) -> None:
+        self.pipeline = pipeline
+        self.attention = attention_backend
+        self.pooler = output_processor.pooler()
+        self.device = pipeline.device
+        self.model: torch.nn.Module | None = None
+
+    def load_model(self) -> None:
+        """Build the model class without allocating random weights, then load the checkpoint."""
+        p = self.pipeline
+        model_cls = import_target(p.link.model)
+        with torch.device("meta"):
+            model = model_cls(p.model.config, self.attention, p.settings)
+        model = model.to_empty(device=self.device).to(p.dtype)
+        load_weights(model, iter_checkpoint(p.model.path), source=str(p.model.path))
+        self.model = model.eval()
+
+    @torch.inference_mode()
+    def execute(self, model_input: ModelInput) -> torch.Tensor:
+        """Run one batch; return the pooled outputs on the CPU."""
+        model_input = model_input.to(self.device)
+        hidden = self.model(model_input)
+        return self.pooler(hidden, model_input).to("cpu")
