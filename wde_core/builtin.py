@@ -86,3 +86,13 @@ def wde_select_attention_backend(device, dtype, causal):
             return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
         return "torch_sdpa", "auto: flash-attn is not installed"
     return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {str(dtype).replace('torch.', '')}"
+
+
+@hookimpl
+def wde_register_commands(cli):
+    """The core's own commands: list-workflows, plugins, inspect, encode."""
+    from wde_core import cli as commands
+    from wde_core.cli_encode import encode
+
+    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode):
+        cli.add_command(command)

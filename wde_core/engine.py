@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Any, Sequence
 
@@ -117,4 +118,4 @@ def _progress(enabled: bool, total: int):
         return _NoProgress()
     import click
 
-    return click.progressbar(length=total, label="encoding", file=None)
+    return click.progressbar(length=total, label="encoding", file=sys.stderr)

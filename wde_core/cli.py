@@ -1,0 +1,128 @@
+"""The ``wde`` command line: a click group whose commands all come from ``wde_register_commands``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from wde_core.plugins import get_plugin_host
+from wde_core.registry import STAGES
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wde-core", message="wde-core %(version)s")
+def cli() -> None:
+    """wde: the Workflow Defined Engine for embedding, reranking and other prefill-only models."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point of the ``wde`` script: load plugins, let them add commands, run."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    host = get_plugin_host()
+    host.hook.wde_register_commands(cli=cli)
+    return cli.main(args=argv, prog_name="wde")
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Print ``rows`` as an aligned text table with the given columns."""
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for r in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+def print_problems(problems) -> None:
+    """Print plugin problems to stderr, one per line."""
+    for problem in problems:
+        click.echo(f"problem: {problem}", err=True)
+
+
+def workflows_data() -> list[dict[str, Any]]:
+    """Every workflow with its components, their providers and the architectures linked to it."""
+    registry = get_plugin_host().registry
+    data = []
+    for wf in sorted(registry.workflows.values(), key=lambda w: w.name):
+        stages = {}
+        for stage, name in wf.stages().items():
+            component = registry.components[stage].get(name) if name else None
+            stages[stage] = {"component": name or "(auto)", "provider": component.provider if component else ""}
+        links = [{"architecture": link.architecture, "task": link.task, "model": link.model, "provider": link.provider}
+                 for link in sorted(registry.links.values(), key=lambda l: (l.architecture, l.task))
+                 if link.workflow == wf.name]
+        data.append({"workflow": wf.name, "provider": wf.provider, "description": wf.description,
+                     "stages": stages, "architectures": links})
+    return data
+
+
+@click.command("list-workflows")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--check", is_flag=True, help="Also import every registered component and model class.")
+def list_workflows(as_json: bool, check: bool) -> None:
+    """List workflows, their stage components (and providers) and the architectures linked to them."""
+    host = get_plugin_host()
+    data = workflows_data()
+    problems = host.problems + (host.registry.check_imports() if check else [])
+    if as_json:
+        emit_json({"workflows": data, "problems": [str(p) for p in problems]})
+    else:
+        for wf in data:
+            click.echo(f"workflow {wf['workflow']}  (from {wf['provider']})  {wf['description']}")
+            print_table([{"stage": s, **v} for s, v in wf["stages"].items()], ["stage", "component", "provider"])
+            archs = ", ".join(f"{a['architecture']}[{a['task']}]" for a in wf["architectures"]) or "none"
+            click.echo(f"architectures: {archs}\n")
+        print_problems(problems)
+    if check and problems:
+        sys.exit(1)
+
+
+@click.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins: name, distribution, version and the hooks each implements."""
+    host = get_plugin_host()
+    rows = [{"name": p.name, "distribution": p.distribution, "version": p.version, "hooks": p.hooks}
+            for p in sorted(host.plugins.values(), key=lambda p: p.name)]
+    if as_json:
+        emit_json({"plugins": rows, "problems": [str(p) for p in host.problems]})
+        return
+    print_table([{**r, "hooks": ", ".join(h.removeprefix("wde_") for h in r["hooks"])} for r in rows],
+                ["name", "distribution", "version", "hooks"])
+    print_problems(host.problems)
+
+
+@click.command("inspect")
+@click.argument("model", required=False)
+@click.option("--task", default=None, help="Task to serve (embed, rerank, ...).")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--dtype", default="auto", show_default=True)
+@click.option("--attention-backend", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inspect(model: str | None, task, device, dtype, attention_backend, as_json: bool) -> None:
+    """Show the pipeline that would be assembled for MODEL, and why, without loading weights."""
+    from wde_core.pipeline import assemble_pipeline
+
+    try:
+        pipeline = assemble_pipeline(model, task=task, device=device, dtype=dtype,
+                                     attention_backend=attention_backend)
+    except (LookupError, ValueError, TypeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    info = pipeline.describe()
+    if as_json:
+        emit_json(info)
+        return
+    for key in ("model", "path", "found_by", "architecture", "task", "workflow", "model_class",
+                "device", "dtype", "pooling", "normalize", "max_model_len", "causal"):
+        why = info["reasons"].get(key, "")
+        click.echo(f"{key:>14}: {info[key]}" + (f"   ({why})" if why else ""))
+    print_table([{"stage": s, **info["stages"][s], "why": info["reasons"].get(s, "")} for s in STAGES],
+                ["stage", "component", "provider", "why"])

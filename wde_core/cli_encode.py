@@ -1,0 +1,100 @@
+"""``wde encode``: embed texts from arguments, a file or stdin into ``.npy`` or ``.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+PROGRESS_THRESHOLD = 256
+
+
+def read_inputs(texts: tuple[str, ...], input_file: str | None) -> tuple[list[str], list[Any] | None]:
+    """Return the texts and, for ``.jsonl`` input with ``id`` fields, their ids."""
+    if texts and input_file:
+        raise click.UsageError("give texts as arguments or --input, not both")
+    if texts:
+        return list(texts), None
+    if input_file is None or input_file == "-":
+        return [line.rstrip("\n") for line in sys.stdin if line.strip()], None
+    path = Path(input_file)
+    if not path.is_file():
+        raise click.BadParameter(f"{input_file}: no such file", param_hint="--input")
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()], None
+
+
+def _read_jsonl(path: Path) -> tuple[list[str], list[Any] | None]:
+    texts, ids = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise click.BadParameter(f"{path} line {number}: not JSON ({exc})", param_hint="--input") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise click.BadParameter(f"{path} line {number}: field 'text' must be a string",
+                                         param_hint="--input")
+            texts.append(record["text"])
+            ids.append(record.get("id"))
+    return texts, ids if any(i is not None for i in ids) else None
+
+
+def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | None) -> None:
+    """Write ``.npy`` or ``.jsonl`` (``{"embedding": [...]}`` per input, ``id`` carried through)."""
+    if output is not None and output.endswith(".npy"):
+        np.save(output, embeddings)
+        return
+    lines = []
+    for i, vector in enumerate(embeddings):
+        record: dict[str, Any] = {} if ids is None else {"id": ids[i]}
+        record["embedding"] = [float(x) for x in vector]
+        lines.append(json.dumps(record))
+    text = "\n".join(lines) + "\n"
+    if output is None or output == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text, encoding="utf-8")
+
+
+@click.command("encode")
+@click.argument("texts", nargs=-1)
+@click.option("-m", "--model", default=None, help="Model directory or hub id (default: the plugins' default).")
+@click.option("-i", "--input", "input_file", default=None, help=".txt (one text per line) or .jsonl ('text', 'id').")
+@click.option("-o", "--output", default=None, help=".npy or .jsonl; JSON lines on stdout when omitted.")
+@click.option("--normalize/--no-normalize", default=None, help="Override the model's normalization.")
+@click.option("--dimensions", type=int, default=None, help="Matryoshka: keep the first N dimensions.")
+@click.option("--prompt", default=None, help="Text prepended to every input.")
+@click.option("--prompt-name", default=None, help="A prompt from config_sentence_transformers.json.")
+@click.option("--truncate/--no-truncate", default=True, show_default=True,
+              help="Truncate inputs to the model's max length, or fail on longer ones.")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--dtype", default="auto", show_default=True)
+@click.option("--attention-backend", default=None)
+@click.option("--max-num-batched-tokens", type=int, default=None)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def encode(texts, model, input_file, output, normalize, dimensions, prompt, prompt_name, truncate, device, dtype,
+           attention_backend, max_num_batched_tokens, quiet) -> None:
+    """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
+    from wde_core.engine import Engine
+
+    items, ids = read_inputs(texts, input_file)
+    args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend}
+    if max_num_batched_tokens is not None:
+        args["max_num_batched_tokens"] = max_num_batched_tokens
+    try:
+        engine = Engine(model, **args)
+        embeddings = engine.encode(items, normalize=normalize, dimensions=dimensions, prompt=prompt,
+                                   prompt_name=prompt_name, truncate=truncate,
+                                   show_progress=not quiet and len(items) >= PROGRESS_THRESHOLD)
+    except (LookupError, ValueError, TypeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    write_outputs(embeddings, ids, output)
