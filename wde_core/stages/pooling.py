@@ -39,7 +39,8 @@ def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
     """The element-wise maximum over each sequence's tokens."""
     seq_of_token, pooled = _segments(model_input, hidden)
     out = hidden.new_full((model_input.num_seqs, hidden.shape[1]), float("-inf"))
-    return out.index_reduce_(0, seq_of_token[pooled], hidden[pooled], "amax")
+    index = seq_of_token[pooled][:, None].expand(-1, hidden.shape[1])
+    return out.scatter_reduce_(0, index, hidden[pooled], "amax")
 
 
 POOLERS = {"cls": pool_cls, "mean": pool_mean, "last": pool_last, "max": pool_max}
