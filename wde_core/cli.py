@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> Any:
     """Entry point of the ``wde`` script: load plugins, let them add commands, run."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     host = get_plugin_host()
-    host.hook.wde_register_commands(cli=cli)
+    host.register_commands(cli)
     return cli.main(args=argv, prog_name="wde")
 
 

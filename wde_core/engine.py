@@ -68,9 +68,9 @@ class Engine:
         return stacked[0] if isinstance(texts, str) else stacked
 
     def run(self, requests: list[Request], *, show_progress: bool = False) -> list[Any]:
-        """Schedule tokenized requests, longest first, and return their outputs in input order."""
+        """Schedule tokenized requests and return their outputs in input order."""
         results: list[Any] = [None] * len(requests)
-        self.scheduler.add(sorted(requests, key=lambda r: -r.num_tokens))
+        self.scheduler.add(requests)
         in_flight: deque = deque()
         try:
             with _progress(show_progress, len(requests)) as bar:

@@ -134,7 +134,8 @@ def _no_workflow_message(model: str, archs: list[str], task: str | None, host: P
         message += f"; tasks served: {'; '.join(served)}"
     message += f". Installed plugins: {installed}."
     hints = json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
-    wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in host.plugins})
+    installed_dists = {info.distribution for info in host.plugins.values()}
+    wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in installed_dists})
     if wanted:
         message += f" Install the plugin that serves it: pip install {' '.join(wanted)}"
     return message
@@ -149,7 +150,7 @@ def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torc
         reasons["device"] = "engine argument device"
     if args.dtype == "auto":
         dtype = torch.float16 if device.type == "cuda" else torch.float32
-        reasons["dtype"] = f"auto: {dtype} on {device.type}"
+        reasons["dtype"] = f"auto: {str(dtype).replace('torch.', '')} on {device.type}"
     else:
         dtype = _DTYPES[args.dtype]
         reasons["dtype"] = "engine argument dtype"
@@ -161,7 +162,7 @@ def _pick(name: str, reasons: dict[str, str], *candidates: tuple[Any, str]) -> A
         if value is not None:
             reasons[name] = why
             return value
-    raise AssertionError(f"no candidate for {name}")
+    raise ValueError(f"cannot tell the model's {name}; pass it as an engine argument")
 
 
 def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, reasons) -> ModelSettings:
@@ -178,7 +179,8 @@ def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, rea
     offset = int(defaults.get("position_offset", 0))
     limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None
     max_len = _pick("max_model_len", reasons, (args.max_model_len, "engine argument max_model_len"),
-                    (st.max_seq_length, "sentence_bert_config.json"), (limit, "config.json max_position_embeddings"))
+                    (st.max_seq_length, "sentence_bert_config.json"), (limit, "config.json max_position_embeddings"),
+                    (defaults.get("max_model_len"), f"default of {link.provider}"))
     if limit is not None and max_len > limit:
         raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
     if max_len > args.max_num_batched_tokens:
@@ -197,7 +199,7 @@ def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHos
         chosen["executor"] = args.executor
         reasons["executor"] = "engine argument executor"
     chosen["attention_backend"] = _attention_backend_name(workflow, args, device, dtype, causal, host, reasons)
-    return {stage: registry.component(stage, chosen[stage], needed_by=f"workflow {workflow.name!r}")
+    return {stage: registry.component(stage, chosen[stage], needed_by=reasons.get(stage, f"workflow {workflow.name!r}"))
             for stage in STAGES}
 
 
@@ -211,6 +213,8 @@ def _attention_backend_name(workflow, args, device, dtype, causal, host: PluginH
     if workflow.attention_backend:
         reasons["attention_backend"] = f"workflow {workflow.name!r} pins it"
         return workflow.attention_backend
-    name, why = host.hook.wde_select_attention_backend(device=device, dtype=dtype, causal=causal)
-    reasons["attention_backend"] = why
-    return name
+    answer = host.hook.wde_select_attention_backend(device=device, dtype=dtype, causal=causal)
+    if not (isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, str) for a in answer)):
+        raise TypeError(f"wde_select_attention_backend returned {answer!r}; expected (backend_name, reason)")
+    reasons["attention_backend"] = f"{answer[1]} (wde_select_attention_backend)"
+    return answer[0]

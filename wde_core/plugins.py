@@ -24,7 +24,8 @@ ENTRY_POINT_GROUP = "wde"
 ALLOWLIST_ENV = "WDE_PLUGINS"
 CORE_PLUGIN_NAME = "wde-core"
 BUILTIN_MODULES = ("wde_core.builtin",)
-STAGE_HOOKS = {stage: f"wde_register_{stage}s" for stage in STAGES} | {"engine_args": "wde_register_engine_args"}
+STAGE_HOOKS = {stage: "wde_register_engine_args" if stage == "engine_args" else f"wde_register_{stage}s"
+               for stage in STAGES}
 
 
 @dataclass
@@ -79,7 +80,10 @@ class PluginHost:
     def _load_entry_points(self) -> None:
         allow = os.environ.get(ALLOWLIST_ENV)
         allowed = None if allow is None else {n.strip() for n in allow.split(",") if n.strip()}
-        for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        entry_points = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        for name in sorted((allowed or set()) - {ep.name for ep in entry_points}):
+            self._fail(name, f"named in {ALLOWLIST_ENV} but no installed plugin has that entry-point name")
+        for ep in entry_points:
             if allowed is not None and ep.name not in allowed:
                 continue
             dist = ep.dist.name if ep.dist else "?"
@@ -120,6 +124,23 @@ class PluginHost:
         self._call_register("wde_register_model_sources", reg.model_source_registrar)
         for problem in reg.check_references():
             self._fail(problem.plugin, problem.message)
+
+    def register_commands(self, group) -> None:
+        """Let each plugin add ``wde`` commands; a name already taken is refused and reported."""
+        owners = {name: CORE_PLUGIN_NAME for name in group.commands}
+        for impl in self.pm.hook.wde_register_commands.get_hookimpls():
+            before = dict(group.commands)
+            try:
+                impl.function(cli=group)
+            except Exception as exc:  # noqa: BLE001 - the plugin is reported, the others go on
+                self._fail(impl.plugin_name, f"wde_register_commands raised {exc!r}")
+            for name, command in list(group.commands.items()):
+                if name in before and before[name] is not command:
+                    group.commands[name] = before[name]
+                    self._fail(impl.plugin_name, f"duplicate command {name!r}: already provided by "
+                                                 f"{owners.get(name, '?')!r}, refused")
+                elif name not in before:
+                    owners[name] = impl.plugin_name
 
     def _call_register(self, hook_name: str, make_registrar: Callable[[str], Callable]) -> None:
         """Call one registration hook plugin by plugin, each with its own recording callback."""

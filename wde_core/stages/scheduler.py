@@ -10,7 +10,10 @@ from wde_core.request import Request
 
 class TokenBudgetScheduler:
     """First come, first served; each batch holds at most ``max_num_batched_tokens`` tokens and
-    ``max_num_seqs`` sequences, so batch size follows the inputs' lengths, not a row count."""
+    ``max_num_seqs`` sequences, so batch size follows the inputs' lengths, not a row count.
+
+    Requests added together (one ``encode`` call) are queued longest first, so each batch holds
+    sequences of similar length and attention pads little."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
@@ -18,8 +21,8 @@ class TokenBudgetScheduler:
         self.waiting: deque[Request] = deque()
 
     def add(self, requests: Iterable[Request]) -> None:
-        """Queue tokenized requests."""
-        for request in requests:
+        """Queue tokenized requests, longest first within this call."""
+        for request in sorted(requests, key=lambda r: -r.num_tokens):
             if request.num_tokens > self.max_tokens:
                 raise ValueError(f"input {request.index}: {request.num_tokens} tokens exceed "
                                  f"max_num_batched_tokens={self.max_tokens}")

@@ -20,13 +20,16 @@ class ModelWorker:
         self.model: torch.nn.Module | None = None
 
     def load_model(self) -> None:
-        """Build the model class without allocating random weights, then load the checkpoint."""
+        """Build the model class without allocating random weights, load the checkpoint, then call
+        the model's optional ``after_load_weights()``."""
         p = self.pipeline
         model_cls = import_target(p.link.model)
         with torch.device("meta"):
             model = model_cls(p.model.config, self.attention, p.settings)
         model = model.to_empty(device=self.device).to(p.dtype)
         load_weights(model, iter_checkpoint(p.model.path), source=str(p.model.path))
+        if hasattr(model, "after_load_weights"):
+            model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
         self.model = model.eval()
 
     @torch.inference_mode()

@@ -6,7 +6,8 @@ import re
 
 import torch
 from torch import nn
-from transformers.activations import ACT2FN
+
+from wde_core.layers import Linear
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)
@@ -50,20 +51,19 @@ class BertLayer(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden // self.num_heads
         self.attention = attention
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.attn_out = nn.Linear(hidden, hidden)
+        self.qkv = Linear(hidden, 3 * hidden)
+        self.attn_out = Linear(hidden, hidden)
         self.attn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.ffn_in = nn.Linear(hidden, config.intermediate_size)
-        self.act = ACT2FN[config.hidden_act]
-        self.ffn_out = nn.Linear(config.intermediate_size, hidden)
+        self.ffn_in = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
+        self.ffn_out = Linear(config.intermediate_size, hidden)
         self.ffn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
         tokens = x.shape[0]
         q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
         attended = self.attention.forward(q, k, v, attn_metadata).reshape(tokens, -1)
-        x = self.attn_norm(x + self.attn_out(attended))
-        return self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
+        x = self.attn_norm(self.attn_out(attended, residual=x))
+        return self.ffn_norm(self.ffn_out(self.ffn_in(x), residual=x))
 
 
 class BertEncoder(nn.Module):

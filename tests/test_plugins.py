@@ -1,0 +1,350 @@
+"""The plugin machinery: entry points, the example plugin, refused registrations, broken plugins,
+the ``WDE_PLUGINS`` allowlist, hook-free batches, and a walk over every hookspec."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import TOKENIZER_FILES, minilm_path
+from wde_core import ArchitectureLink, Engine, NoWorkflowError, Workflow, assemble_pipeline, hookimpl, hookspecs
+from wde_core.cli import cli
+from wde_core.plugins import PluginHost, get_plugin_host
+from wde_core.request import Request
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCH = "ExampleBagOfEmbeddings"
+TEXTS = ["Hello World", "The quick brown fox", "fun are the Fun"]
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def save_example_model(directory: Path, hidden: int = 32) -> Path:
+    """An ``ExampleBagOfEmbeddings`` directory: BERT config, random weights, a *cased* tokenizer."""
+    from safetensors.torch import save_file
+    from transformers import BertConfig
+
+    BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=1, num_attention_heads=4,
+               intermediate_size=64, max_position_embeddings=64, architectures=[ARCH]).save_pretrained(directory)
+    g = torch.Generator().manual_seed(7)
+    save_file({"embeddings.word_embeddings.weight": torch.randn(30522, hidden, generator=g),
+               "embeddings.LayerNorm.weight": 1 + 0.1 * torch.randn(hidden, generator=g),
+               "embeddings.LayerNorm.bias": 0.1 * torch.randn(hidden, generator=g)}, directory / "model.safetensors")
+    for name in TOKENIZER_FILES:
+        shutil.copy(minilm_path() / name, directory / name)
+    # Turn off the tokenizer's own lower-casing, so only the plugin's input processor lower-cases.
+    tok = json.loads((directory / "tokenizer.json").read_text())
+    tok["normalizer"]["lowercase"] = False
+    (directory / "tokenizer.json").write_text(json.dumps(tok))
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    return directory
+
+
+def reference(directory: Path, texts: list[str], lowercase: bool = True) -> np.ndarray:
+    """Whitespace words -> vocab ids -> embedding -> LayerNorm -> mean -> L2, in numpy."""
+    from safetensors.numpy import load_file
+
+    w = load_file(str(directory / "model.safetensors"))
+    vocab = {t: i for i, t in enumerate((directory / "vocab.txt").read_text(encoding="utf-8").splitlines())}
+    out = []
+    for text in texts:
+        words = (text.lower() if lowercase else text).split()
+        ids = [vocab["[CLS]"]] + [vocab.get(word, vocab["[UNK]"]) for word in words] + [vocab["[SEP]"]]
+        x = w["embeddings.word_embeddings.weight"][ids].astype(np.float64)
+        x = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-12)
+        v = (x * w["embeddings.LayerNorm.weight"] + w["embeddings.LayerNorm.bias"]).mean(0)
+        out.append(v / np.linalg.norm(v))
+    return np.array(out)
+
+
+def messages(host: PluginHost, plugin: str) -> list[str]:
+    """The problem messages reported for ``plugin``."""
+    return [p.message for p in host.problems if p.plugin == plugin]
+
+
+def workflow(name: str, **stages: str) -> Workflow:
+    """A workflow of the core's components, with ``stages`` replaced."""
+    chosen = dict(input_processor="text", tokenizer="hf-fast", scheduler="token-budget", model_input_builder="flat",
+                  executor="sync", worker="model", output_processor="embedding", engine_args="default")
+    return Workflow(name=name, **{**chosen, **stages})
+
+
+def in_process(**hooks):
+    """A plugin object (a class) whose hook implementations are ``hooks``, each taking ``register``."""
+    return type("InProcessPlugin", (), {name: staticmethod(hookimpl(fn)) for name, fn in hooks.items()})
+
+
+@pytest.fixture(scope="module")
+def example_dir(tmp_path_factory) -> Path:
+    return save_example_model(tmp_path_factory.mktemp("example-bag"))
+
+
+# --- entry-point plugins and the example plugin --------------------------------------------------
+def test_entry_point_plugins_load_with_distribution_version_and_hooks(isolated_host):
+    plugins = isolated_host.plugins
+    assert {"wde-core", "wde-bert", "wde-example"} <= set(plugins)
+    assert (plugins["wde-bert"].distribution, plugins["wde-bert"].version) == ("wde-bert", "0.1.0")
+    assert {"wde_get_default_model", "wde_register_architectures", "wde_register_model_sources"} <= set(
+        plugins["wde-bert"].hooks)
+    assert (plugins["wde-example"].distribution, plugins["wde-example"].version) == ("wde-example", "0.1.0")
+    assert plugins["wde-example"].hooks == [
+        "wde_on_pipeline_assembled", "wde_register_architectures", "wde_register_commands",
+        "wde_register_engine_args", "wde_register_input_processors", "wde_register_schedulers",
+        "wde_register_workflows", "wde_select_attention_backend"]
+    assert plugins["wde-core"].distribution == "wde-core"
+    assert isolated_host.problems == [] and isolated_host.registry.check_imports() == []
+
+
+def test_example_registrations_carry_their_provider(isolated_host):
+    reg = isolated_host.registry
+    wf = reg.workflows["example-lowercase-embed"]
+    assert (wf.provider, wf.input_processor, wf.scheduler, wf.engine_args) == (
+        "wde-example", "lowercase-text", "shortest-first", "example")
+    assert reg.components["input_processor"]["lowercase-text"].provider == "wde-example"
+    assert reg.components["scheduler"]["shortest-first"].target == "wde_example.stages:ShortestFirstScheduler"
+    assert reg.components["tokenizer"]["hf-fast"].provider == "wde-core"
+    link = reg.links[(ARCH, "embed")]
+    assert (link.provider, link.workflow, link.model) == (
+        "wde-example", "example-lowercase-embed", "wde_example.model:BagOfEmbeddings")
+    assert reg.workflows["embed"].provider == "wde-core"
+
+
+def test_example_engine_matches_numpy_and_uses_the_plugins_stages(example_dir):
+    from wde_example import plugin as example_plugin
+    from wde_example.stages import LowercaseTextInputProcessor, ShortestFirstScheduler
+
+    engine = Engine(str(example_dir), device="cpu")
+    assert engine.pipeline.workflow.name == "example-lowercase-embed"
+    assert example_plugin.SEEN_PIPELINES[-1] is engine.pipeline
+    assert isinstance(engine.input_processor, LowercaseTextInputProcessor)
+    assert [r.text for r in engine.input_processor.process(TEXTS)] == [t.lower() for t in TEXTS]
+    assert isinstance(engine.scheduler, ShortestFirstScheduler)
+    got = engine.encode(TEXTS)
+    assert got.shape == (3, 32)
+    np.testing.assert_allclose(got, reference(example_dir, TEXTS), atol=1e-5)
+    # The workflow's own engine argument: without lower-casing, the cased tokenizer sees [UNK]s.
+    raw = Engine(str(example_dir), device="cpu", lowercase=False).encode(TEXTS)
+    np.testing.assert_allclose(raw, reference(example_dir, TEXTS, lowercase=False), atol=1e-5)
+    assert not np.allclose(raw[0], got[0], atol=1e-3)
+    engine.scheduler.add([Request(i, "x", token_ids=[0] * n) for i, n in enumerate([5, 2, 9, 2, 4])])
+    assert [r.index for r in engine.scheduler.schedule()] == [1, 3, 4, 0, 2]  # shortest first
+
+
+def test_workflow_engine_args_are_refused_elsewhere(tiny_bert_dir):
+    with pytest.raises(TypeError, match=r"unknown engine argument\(s\) lowercase; accepted by workflow 'embed'"):
+        assemble_pipeline(str(tiny_bert_dir), lowercase=False)
+
+
+def test_force_eager_env_selects_eager_with_the_plugins_reason(monkeypatch, isolated_host, tiny_bert_dir):
+    monkeypatch.delenv("WDE_ATTENTION_BACKEND", raising=False)
+    monkeypatch.delenv("WDE_EXAMPLE_FORCE_EAGER", raising=False)
+    plain = assemble_pipeline(str(tiny_bert_dir), device="cpu")
+    assert plain.components["attention_backend"].name == "torch_sdpa"
+    assert plain.reasons["attention_backend"] == "auto: torch_sdpa on cpu with float32"
+    assert (plain.workflow.name, plain.components["input_processor"].name) == ("embed", "text")
+    monkeypatch.setenv("WDE_EXAMPLE_FORCE_EAGER", "1")
+    forced = assemble_pipeline(str(tiny_bert_dir), device="cpu")
+    assert forced.components["attention_backend"].name == "eager"
+    assert forced.reasons["attention_backend"] == "example plugin: WDE_EXAMPLE_FORCE_EAGER is set"
+
+
+# --- refused registrations -------------------------------------------------------------------------
+DUPLICATE_WORKFLOW = in_process(wde_register_workflows=lambda register: register(workflow("embed")))
+DUPLICATE_COMPONENT = in_process(wde_register_input_processors=lambda register: register(
+    "text", "wde_core.stages.input_processor:TextInputProcessor"))
+DUPLICATE_LINK = in_process(wde_register_architectures=lambda register: register(
+    ArchitectureLink("BertModel", "embed", "embed", "wde_bert.model:BertEncoder")))
+
+
+@pytest.mark.parametrize("plugin, what, owner, kept", [
+    (DUPLICATE_WORKFLOW, "duplicate workflow 'embed'", "wde-core", lambda r: r.workflows["embed"]),
+    (DUPLICATE_COMPONENT, "duplicate input processor 'text'", "wde-core",
+     lambda r: r.components["input_processor"]["text"]),
+    (DUPLICATE_LINK, "duplicate architecture 'BertModel' for task 'embed'", "wde-bert",
+     lambda r: r.links[("BertModel", "embed")]),
+], ids=["workflow", "component", "architecture-link"])
+def test_duplicates_are_refused_naming_both_providers(register_plugin, plugin, what, owner, kept):
+    host = register_plugin(("intruder", plugin))
+    [message] = messages(host, "intruder")
+    assert what in message
+    assert f"already registered by {owner!r}, refused from 'intruder'" in message
+    assert kept(host.registry).provider == owner
+
+
+def test_duplicate_between_two_in_process_plugins(register_plugin):
+    def scheduler_plugin():
+        return in_process(wde_register_schedulers=lambda register: register(
+            "fifo-x", "wde_core.stages.scheduler:TokenBudgetScheduler"))
+
+    host = register_plugin(("one", scheduler_plugin()), ("two", scheduler_plugin()), use_entry_points=False)
+    winner = host.registry.components["scheduler"]["fifo-x"].provider
+    loser = {"one": "two", "two": "one"}[winner]
+    assert messages(host, loser) == [f"wde_register_schedulers: duplicate scheduler 'fifo-x': "
+                                     f"already registered by {winner!r}, refused from {loser!r}"]
+
+
+def register_bad_paths(register):
+    register("missing-module", "no_such_module:X")
+    register("malformed", "not an import path")
+    register("ghost", "wde_core.stages.tokenizer:NoSuchTokenizer")
+
+
+BAD_PATHS = in_process(wde_register_tokenizers=register_bad_paths)
+
+
+def test_unresolvable_and_malformed_paths_name_the_plugin(register_plugin):
+    host = register_plugin(("bad-paths", BAD_PATHS))
+    assert messages(host, "bad-paths") == [
+        "wde_register_tokenizers: import path 'no_such_module:X' does not resolve: no module 'no_such_module'",
+        "wde_register_tokenizers: import path 'not an import path' is not of the form 'package.module:attr'"]
+    assert set(host.registry.components["tokenizer"]) == {"hf-fast", "ghost"}
+
+
+def test_list_workflows_check_names_a_missing_attribute(register_plugin):
+    register_plugin(("bad-paths", BAD_PATHS))
+    get_plugin_host().register_commands(cli)
+    result = CliRunner().invoke(cli, ["list-workflows", "--check"])
+    assert result.exit_code == 1
+    assert ("problem: bad-paths: import path 'wde_core.stages.tokenizer:NoSuchTokenizer' failed: AttributeError("
+            in result.stderr)
+    assert "NoSuchTokenizer" not in CliRunner().invoke(cli, ["list-workflows"]).stderr
+
+
+def explode(register):
+    raise RuntimeError("boom")
+
+
+EXPLODES = in_process(wde_register_workflows=explode)
+FINE = in_process(wde_register_workflows=lambda register: register(workflow("fine-embed", scheduler="shortest-first")))
+
+
+def test_a_raising_register_hook_is_reported_and_others_still_register(register_plugin, tiny_bert_dir):
+    host = register_plugin(("explodes", EXPLODES), ("fine", FINE))
+    assert messages(host, "explodes") == ["wde_register_workflows raised RuntimeError('boom')"]
+    assert host.registry.workflows["fine-embed"].provider == "fine"
+    assert host.registry.workflows["example-lowercase-embed"].provider == "wde-example"
+    assert assemble_pipeline(str(tiny_bert_dir), device="cpu").link.provider == "wde-bert"
+
+
+SUBPROCESS = """
+import json, sys
+from wde_core import Engine, get_plugin_host
+host = get_plugin_host()
+vectors = Engine(sys.argv[1], device="cpu").encode(["hello world", "plugins"])
+print(json.dumps({"plugins": sorted(host.plugins), "vectors": vectors.tolist(),
+                  "problems": [[p.plugin, p.message] for p in host.problems]}))
+"""
+
+
+def test_a_plugin_that_fails_to_import_is_reported_and_bert_still_encodes(tmp_path, tiny_bert_dir):
+    site = tmp_path / "site"
+    (site / "wde_broken").mkdir(parents=True)
+    (site / "wde_broken" / "__init__.py").write_text("raise RuntimeError('wde_broken exploded at import')\n")
+    dist_info = site / "wde_broken-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: wde-broken\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[wde]\nwde-broken = wde_broken\n")
+    env = {k: v for k, v in os.environ.items() if k != "WDE_PLUGINS"} | {"PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-c", SUBPROCESS, str(tiny_bert_dir)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["problems"] == [["wde-broken", "failed to load 'wde_broken' from wde-broken: "
+                                              "RuntimeError('wde_broken exploded at import')"]]
+    assert {"wde-bert", "wde-core", "wde-example"} <= set(out["plugins"]) and "wde-broken" not in out["plugins"]
+    assert "wde plugin wde-broken: failed to load" in proc.stderr
+    expected = Engine(str(tiny_bert_dir), device="cpu").encode(["hello world", "plugins"])
+    np.testing.assert_allclose(np.array(out["vectors"]), expected, atol=1e-5)
+
+
+# --- the WDE_PLUGINS allowlist and missing workflows -----------------------------------------------
+def test_allowlist_loads_only_the_named_plugins(monkeypatch, register_plugin, example_dir):
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert")
+    host = register_plugin()
+    assert set(host.plugins) == {"wde-core", "wde-bert"}
+    assert "example-lowercase-embed" not in host.registry.workflows
+    with pytest.raises(NoWorkflowError, match=f"no installed plugin serves architecture {ARCH}"):
+        assemble_pipeline(str(example_dir))
+
+
+def test_core_alone_names_the_missing_plugin(monkeypatch, register_plugin, tiny_bert_dir):
+    monkeypatch.setenv("WDE_PLUGINS", "")
+    host = register_plugin()
+    assert set(host.plugins) == {"wde-core"}
+    assert set(host.registry.workflows) == {"embed"} and host.registry.links == {}
+    with pytest.raises(NoWorkflowError) as info:
+        assemble_pipeline(str(tiny_bert_dir))
+    message = str(info.value)
+    assert "no installed plugin serves architecture BertModel" in message
+    assert "Installed plugins: wde-core." in message
+    assert message.endswith("Install the plugin that serves it: pip install wde-bert")
+
+
+def test_unknown_architecture_and_unserved_task(isolated_host, tmp_path, tiny_bert_dir):
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=32, num_attention_heads=4, architectures=["FooBarModel"]).save_pretrained(tmp_path)
+    with pytest.raises(NoWorkflowError) as info:
+        assemble_pipeline(str(tmp_path))
+    assert str(info.value) == (f"model {str(tmp_path)!r}: no installed plugin serves architecture FooBarModel. "
+                               f"Installed plugins: {', '.join(sorted(isolated_host.plugins))}.")
+    assert "wde-example" in isolated_host.plugins
+    with pytest.raises(NoWorkflowError, match=r"BertModel for task 'rerank'; tasks served: BertModel \(embed\)"):
+        assemble_pipeline(str(tiny_bert_dir), task="rerank")
+
+
+# --- no hooks per batch ----------------------------------------------------------------------------------
+def test_the_per_batch_path_calls_no_hooks(isolated_host, tiny_bert_dir):
+    engine = Engine(str(tiny_bert_dir), device="cpu")
+    calls: list[str] = []
+    undo = isolated_host.pm.add_hookcall_monitoring(lambda name, impls, kwargs: calls.append(name),
+                                                     lambda outcome, name, impls, kwargs: None)
+    try:
+        engine.encode(["a first text", "and a second, longer text"] * 20)
+        assert calls == []
+        isolated_host.hook.wde_get_default_model()  # the monitor does see hook calls
+        assert calls == ["wde_get_default_model"]
+    finally:
+        undo()
+
+
+# --- every hookspec is documented, described and tested ----------------------------------------------
+HOOKSPECS = sorted(n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("wde_"))
+
+
+def other_test_sources() -> str:
+    """Every ``.py`` file under tests/ (plugins included, build copies not) except this one."""
+    here = Path(__file__).resolve()
+    files = [p for p in (ROOT / "tests").rglob("*.py")
+             if p.resolve() != here and "build" not in p.relative_to(ROOT / "tests").parts]
+    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+
+
+def test_the_walk_finds_the_hookspecs():
+    assert {"wde_register_workflows", "wde_select_attention_backend", "wde_on_pipeline_assembled"} <= set(HOOKSPECS)
+
+
+@pytest.mark.parametrize("name", HOOKSPECS)
+def test_hookspec_is_documented_and_tested(name):
+    spec = getattr(hookspecs, name)
+    guide = ROOT / "docs" / "plugin-guide.md"
+    missing = []
+    if not hasattr(spec, "wde_spec"):
+        missing.append("not marked with @hookspec")
+    if not (spec.__doc__ or "").strip():
+        missing.append("no docstring")
+    if not guide.is_file() or name not in guide.read_text(encoding="utf-8"):
+        missing.append(f"not in {guide.relative_to(ROOT)}")
+    if name not in other_test_sources():
+        missing.append("named by no test file under tests/ besides test_plugins.py")
+    assert missing == [], f"{name}: {'; '.join(missing)}"
