@@ -1,0 +1,44 @@
+"""The example plugin's stage components, each a small subclass of a core component."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable
+
+from wde_core.engine_args import EngineArgs
+from wde_core.request import Request
+from wde_core.stages.input_processor import TextInputProcessor
+from wde_core.stages.scheduler import TokenBudgetScheduler
+
+
+@dataclass
+class ExampleEngineArgs(EngineArgs):
+    """The core's engine arguments plus ``lowercase`` (lower-case the texts, on by default)."""
+
+    lowercase: bool = True
+
+
+class LowercaseTextInputProcessor(TextInputProcessor):
+    """The core's text input processor, then every text (prompt included) lower-cased."""
+
+    def __init__(self, pipeline) -> None:
+        super().__init__(pipeline)
+        self.lowercase = bool(getattr(pipeline.args, "lowercase", True))
+
+    def process(self, inputs, **kwargs) -> list[Request]:
+        """Validate as the core does, then lower-case each request's text."""
+        requests = super().process(inputs, **kwargs)
+        if self.lowercase:
+            for request in requests:
+                request.text = request.text.lower()
+        return requests
+
+
+class ShortestFirstScheduler(TokenBudgetScheduler):
+    """The core's token-budget batching, but the shortest waiting requests go first."""
+
+    def add(self, requests: Iterable[Request]) -> None:
+        """Queue ``requests`` (checked as the core does) and keep the queue sorted by length."""
+        super().add(requests)
+        self.waiting = deque(sorted(self.waiting, key=lambda r: (r.num_tokens, r.index)))
