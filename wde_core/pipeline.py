@@ -216,5 +216,5 @@ def _attention_backend_name(workflow, args, device, dtype, causal, host: PluginH
     answer = host.hook.wde_select_attention_backend(device=device, dtype=dtype, causal=causal)
     if not (isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, str) for a in answer)):
         raise TypeError(f"wde_select_attention_backend returned {answer!r}; expected (backend_name, reason)")
-    reasons["attention_backend"] = f"{answer[1]} (wde_select_attention_backend)"
+    reasons["attention_backend"] = answer[1]
     return answer[0]

@@ -49,6 +49,7 @@ class PluginHost:
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[Problem] = []
         self._loaded = False
+        self._command_groups: list = []
 
     @property
     def hook(self):
@@ -126,8 +127,11 @@ class PluginHost:
             self._fail(problem.plugin, problem.message)
 
     def register_commands(self, group) -> None:
-        """Let each plugin add ``wde`` commands; a name already taken is refused and reported."""
-        owners = {name: CORE_PLUGIN_NAME for name in group.commands}
+        """Let each plugin add ``wde`` commands (once per group); a name already taken is refused."""
+        if any(done is group for done in self._command_groups):
+            return
+        self._command_groups.append(group)
+        owners = {name: "(the group itself)" for name in group.commands}
         for impl in self.pm.hook.wde_register_commands.get_hookimpls():
             before = dict(group.commands)
             try:

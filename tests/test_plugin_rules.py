@@ -1,0 +1,85 @@
+"""More registration rules: command clashes, allowlist typos, malformed hook answers, blame in
+lookup errors, and the model's ``after_load_weights`` step."""
+
+from __future__ import annotations
+
+import click
+import pytest
+import torch
+from click.testing import CliRunner
+
+from wde_core import Engine, assemble_pipeline, hookimpl
+from wde_core.plugins import PluginHost
+
+
+class ClashingCommands:
+    """Adds a command named ``encode`` (taken by the core) and a new ``hello``."""
+
+    @staticmethod
+    @hookimpl
+    def wde_register_commands(cli):
+        @cli.command("encode")
+        def fake_encode():
+            click.echo("not the real encode")
+
+        @cli.command("hello")
+        def hello():
+            click.echo("hello from clashing")
+
+
+def test_a_command_name_already_taken_is_refused_and_reported():
+    host = PluginHost(use_entry_points=False).load(extra_plugins=[("clashing", ClashingCommands)])
+    group = click.Group("wde")
+    host.register_commands(group)
+    assert [str(p) for p in host.problems] == [
+        "clashing: duplicate command 'encode': already provided by 'wde-core', refused"]
+    assert group.commands["encode"].callback.__module__ == "wde_core.cli_encode"
+    assert CliRunner().invoke(group, ["hello"]).output == "hello from clashing\n"
+    host.register_commands(group)  # registering again (a second main()) adds no new problem
+    assert len(host.problems) == 1
+
+
+def test_an_allowlisted_name_that_no_plugin_has_is_reported(monkeypatch):
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert,wde-bret")
+    host = PluginHost().load()
+    assert "wde-bert" in host.plugins and "wde-example" not in host.plugins
+    assert [str(p) for p in host.problems] == [
+        "wde-bret: named in WDE_PLUGINS but no installed plugin has that entry-point name"]
+
+
+class BadSelector:
+    """Answers the attention-backend question with a bare string."""
+
+    @staticmethod
+    @hookimpl
+    def wde_select_attention_backend(device, dtype, causal):
+        return "eager"
+
+
+def test_a_malformed_backend_answer_is_a_clear_error(register_plugin, tiny_bert_dir):
+    register_plugin(("bad-selector", BadSelector))  # in-process plugins register last, so answer first
+    with pytest.raises(TypeError, match=r"wde_select_attention_backend returned 'eager'; expected \(backend_name, reason\)"):
+        assemble_pipeline(str(tiny_bert_dir), device="cpu")
+
+
+def test_an_unknown_backend_blames_where_its_name_came_from(tiny_bert_dir, monkeypatch):
+    monkeypatch.setenv("WDE_ATTENTION_BACKEND", "nope")
+    with pytest.raises(LookupError, match=r"no attention backend 'nope' \(named by environment variable WDE_ATTENTION_BACKEND\)"):
+        assemble_pipeline(str(tiny_bert_dir))
+    monkeypatch.delenv("WDE_ATTENTION_BACKEND")
+    with pytest.raises(LookupError, match=r"no executor 'fast' \(named by engine argument executor\)"):
+        assemble_pipeline(str(tiny_bert_dir), executor="fast")
+
+
+def test_after_load_weights_runs_on_the_final_device_and_dtype(tiny_bert_dir, monkeypatch):
+    from wde_bert.model import BertEncoder
+
+    seen = []
+
+    def after_load_weights(self):
+        seen.append((self.layers[0].qkv.weight.device.type, self.layers[0].qkv.weight.dtype,
+                     float(self.embeddings.LayerNorm.weight.abs().sum())))
+
+    monkeypatch.setattr(BertEncoder, "after_load_weights", after_load_weights, raising=False)
+    Engine(str(tiny_bert_dir), dtype="bfloat16")
+    assert seen and seen[0][:2] == ("cpu", torch.bfloat16) and seen[0][2] > 0
