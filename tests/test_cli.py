@@ -155,6 +155,14 @@ def test_encode_texts_given_as_arguments(wde, tiny_st_bert_dir, st_engine):
                                atol=1e-6)
 
 
+def test_encode_engine_options_reach_the_engine(wde, tiny_st_bert_dir):
+    out = ok(wde("encode", "-m", tiny_st_bert_dir, "--device", "cpu", "--pooling", "cls", "--max-model-len", "8",
+                 "--num-threads", "1", *TEXTS)).stdout
+    expected = Engine(str(tiny_st_bert_dir), device="cpu", pooling="cls", max_model_len=8).encode(TEXTS)
+    np.testing.assert_allclose(embeddings_of(out)[0], expected, atol=1e-6)
+    assert np.abs(expected - Engine(str(tiny_st_bert_dir), device="cpu").encode(TEXTS)).max() > 1e-3
+
+
 def test_encode_txt_input_to_npy(wde, tmp_path, tiny_st_bert_dir, st_engine):
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n\n", encoding="utf-8")
     ok(wde("encode", "-m", tiny_st_bert_dir, "--device", "cpu", "-i", tmp_path / "in.txt", "-o", tmp_path / "out.npy"))

@@ -79,15 +79,20 @@ def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | N
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--attention-backend", default=None)
+@click.option("--pooling", type=click.Choice(["cls", "mean", "last", "max"]), default=None,
+              help="Override the model's pooling.")
+@click.option("--max-model-len", type=int, default=None, help="Override the model's max tokens per input.")
 @click.option("--max-num-batched-tokens", type=int, default=None)
+@click.option("--num-threads", type=int, default=None, help="CPU threads for inference.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def encode(texts, model, input_file, output, normalize, dimensions, prompt, prompt_name, truncate, device, dtype,
-           attention_backend, max_num_batched_tokens, quiet) -> None:
+           attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, quiet) -> None:
     """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
     from wde_core.engine import Engine
 
     items, ids = read_inputs(texts, input_file)
-    args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend}
+    args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend,
+                            "pooling": pooling, "max_model_len": max_model_len, "num_threads": num_threads}
     if max_num_batched_tokens is not None:
         args["max_num_batched_tokens"] = max_num_batched_tokens
     try:

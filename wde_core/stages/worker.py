@@ -30,7 +30,7 @@ class ModelWorker:
         load_weights(model, iter_checkpoint(p.model.path), source=str(p.model.path))
         if hasattr(model, "after_load_weights"):
             model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
-        self.model = model.eval()
+        self.model = model.eval().requires_grad_(False)
 
     @torch.inference_mode()
     def execute(self, model_input: ModelInput) -> torch.Tensor:
