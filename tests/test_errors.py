@@ -163,3 +163,13 @@ def save_bin(state: dict, directory, sharded: bool) -> None:
         torch.save({k: state[k] for k in keys}, directory / file)
         weight_map.update({k: file for k in keys})
     (directory / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def test_token_budget_defaults_per_device_and_must_fit_a_full_input(tiny_bert_dir):
+    from wde_core import assemble_pipeline
+
+    pipeline = assemble_pipeline(str(tiny_bert_dir), device="cpu")
+    assert pipeline.args.max_num_batched_tokens == 4096
+    assert pipeline.reasons["max_num_batched_tokens"] == "default for cpu"
+    with pytest.raises(ValueError, match="max_num_batched_tokens=64 is below max_model_len=128"):
+        assemble_pipeline(str(tiny_bert_dir), device="cpu", max_num_batched_tokens=64)

@@ -121,7 +121,7 @@ def inspect(model: str | None, task, device, dtype, attention_backend, as_json: 
         emit_json(info)
         return
     for key in ("model", "path", "found_by", "architecture", "task", "workflow", "model_class",
-                "device", "dtype", "pooling", "normalize", "max_model_len", "causal"):
+                "device", "dtype", "pooling", "normalize", "max_model_len", "max_num_batched_tokens", "causal"):
         why = info["reasons"].get(key, "")
         click.echo(f"{key:>14}: {info[key]}" + (f"   ({why})" if why else ""))
     print_table([{"stage": s, **info["stages"][s], "why": info["reasons"].get(s, "")} for s in STAGES],

@@ -14,8 +14,9 @@ POOLINGS = ("cls", "mean", "last", "max")
 class EngineArgs:
     """Arguments accepted by every workflow; ``None`` means "decide from the model or device".
 
-    ``max_num_batched_tokens`` and ``max_num_seqs`` bound each batch the scheduler forms;
-    ``dtype="auto"`` is float32 on CPU and float16 on CUDA.
+    ``max_num_batched_tokens`` and ``max_num_seqs`` bound each batch the scheduler forms (the token
+    budget defaults to 4,096 on CPU, where activations then stay in cache, and 16,384 on CUDA, raised
+    to ``max_model_len`` when that is longer); ``dtype="auto"`` is float32 on CPU and float16 on CUDA.
     """
 
     model: str | None = None
@@ -26,7 +27,7 @@ class EngineArgs:
     attention_backend: str | None = None
     executor: str | None = None
     max_model_len: int | None = None
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None
     max_num_seqs: int = 256
     pooling: str | None = None
     normalize: bool | None = None

@@ -20,6 +20,8 @@ from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
 DEFAULT_MODEL_ENV = "WDE_DEFAULT_MODEL"
+CPU_TOKEN_BUDGET = 4096
+GPU_TOKEN_BUDGET = 16384
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -73,6 +75,7 @@ class Pipeline:
                        for st, c in self.components.items()},
             "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
             "pooling": s.pooling, "normalize": s.normalize, "max_model_len": s.max_model_len,
+            "max_num_batched_tokens": self.args.max_num_batched_tokens, "max_num_seqs": self.args.max_num_seqs,
             "causal": s.causal, "prompts": s.prompts, "default_prompt_name": s.default_prompt_name,
             "reasons": self.reasons,
         }
@@ -91,6 +94,7 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
     device, dtype = _device_and_dtype(args, reasons)
     settings = _model_settings(directory, link, args, reasons)
+    _set_token_budget(args, device, settings.max_model_len, reasons)
     components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
     return Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
 
@@ -165,6 +169,18 @@ def _pick(name: str, reasons: dict[str, str], *candidates: tuple[Any, str]) -> A
     raise ValueError(f"cannot tell the model's {name}; pass it as an engine argument")
 
 
+def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[str, str]) -> None:
+    """Default the batch token budget for the device; refuse one that cannot fit a full input."""
+    if args.max_num_batched_tokens is None:
+        budget = CPU_TOKEN_BUDGET if device.type == "cpu" else GPU_TOKEN_BUDGET
+        args.max_num_batched_tokens = max(budget, max_len)
+        reasons["max_num_batched_tokens"] = f"default for {device.type}" + (
+            ", raised to max_model_len" if max_len > budget else "")
+    elif max_len > args.max_num_batched_tokens:
+        raise ValueError(f"engine argument max_num_batched_tokens={args.max_num_batched_tokens} is below "
+                         f"max_model_len={max_len}: a full-length input could never be scheduled")
+
+
 def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, reasons) -> ModelSettings:
     st, config, defaults = directory.st, directory.config, dict(link.defaults)
     if st.unsupported_modules:
@@ -183,9 +199,6 @@ def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, rea
                     (defaults.get("max_model_len"), f"default of {link.provider}"))
     if limit is not None and max_len > limit:
         raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
-    if max_len > args.max_num_batched_tokens:
-        raise ValueError(f"engine argument max_num_batched_tokens={args.max_num_batched_tokens} is below "
-                         f"max_model_len={max_len}: a full-length input could never be scheduled")
     causal = bool(defaults.get("causal", False))
     reasons["causal"] = f"{'causal' if causal else 'bidirectional'} attention: default of {link.provider}"
     return ModelSettings(pooling, normalize, max_len, st.prompts, st.default_prompt_name, st.include_prompt,
