@@ -41,6 +41,8 @@ def wde_register_attention_backends(register):
 @hookimpl
 def wde_register_executors(register):
     register("sync", f"{_S}.executor:SyncExecutor", "runs each batch on the calling thread")
+    register("pipelined", f"{_S}.executor:PipelinedExecutor", "a worker thread, 2 batches in flight")
+    register("data_parallel", f"{_S}.data_parallel:DataParallelExecutor", "replicas in worker processes")
 
 
 @hookimpl

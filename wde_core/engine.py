@@ -43,6 +43,7 @@ class Engine:
         self.builder = make["model_input_builder"](p, self.attention)
         self.output_processor = make["output_processor"](p)
         self.executor = make["executor"](p, lambda: make["worker"](p, self.attention, self.output_processor))
+        self._in_flight: deque = deque()
         p.host.hook.wde_on_pipeline_assembled(pipeline=p)
 
     @property
@@ -59,32 +60,62 @@ class Engine:
         then renormalization); ``prompt``/``prompt_name`` prepend an instruction; with
         ``truncate=False`` an input longer than ``max_model_len`` raises ``ValueError``.
         """
+        requests = self.prepare_embed(texts, normalize=normalize, dimensions=dimensions, prompt=prompt,
+                                      prompt_name=prompt_name, truncate=truncate)
+        return stack_embeddings(self.run(requests, show_progress=show_progress), single=isinstance(texts, str))
+
+    def prepare_embed(self, texts, *, normalize=None, dimensions=None, prompt=None, prompt_name=None,
+                      truncate=True) -> list[Request]:
+        """Validate and tokenize an ``encode`` call's inputs; raises before any batch runs."""
         self._require_task("embed", "encode")
         options = EmbedOptions(normalize=normalize, dimensions=dimensions)
         requests = self.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
         self.tokenizer.tokenize(requests, truncate=truncate)
-        outputs = self.run(requests, show_progress=show_progress)
-        stacked = np.stack(outputs).astype(np.float32, copy=False)
-        return stacked[0] if isinstance(texts, str) else stacked
+        return requests
 
     def run(self, requests: list[Request], *, show_progress: bool = False) -> list[Any]:
         """Schedule tokenized requests and return their outputs in input order."""
         results: list[Any] = [None] * len(requests)
         self.scheduler.add(requests)
-        in_flight: deque = deque()
         try:
             with _progress(show_progress, len(requests)) as bar:
-                while self.scheduler.has_waiting() or in_flight:
-                    while len(in_flight) < self.executor.max_in_flight and self.scheduler.has_waiting():
-                        batch = self.scheduler.schedule()
-                        in_flight.append((batch, self.executor.submit(self.builder.build(batch))))
-                    batch, future = in_flight.popleft()
-                    for request, output in zip(batch, self.output_processor.process(batch, future.result())):
+                while self.has_unfinished():
+                    finished = self.step()
+                    for request, output in finished:
                         results[request.index] = output
-                    bar.update(len(batch))
-        finally:
-            self.scheduler.clear()
+                    bar.update(len(finished))
+        except BaseException:
+            self.abort()
+            raise
         return results
+
+    def has_unfinished(self) -> bool:
+        """Whether requests wait in the scheduler or batches are in flight."""
+        return self.scheduler.has_waiting() or bool(self._in_flight)
+
+    def step(self) -> list[tuple[Request, Any]]:
+        """Submit batches up to the executor's limit, then finish the oldest: its (request, output) pairs.
+
+        A failed batch raises :class:`BatchError` carrying the batch's requests.
+        """
+        while len(self._in_flight) < self.executor.max_in_flight and self.scheduler.has_waiting():
+            batch = self.scheduler.schedule()
+            self._in_flight.append((batch, self.executor.submit(self.builder.build(batch))))
+        if not self._in_flight:
+            return []
+        batch, future = self._in_flight.popleft()
+        try:
+            outputs = self.output_processor.process(batch, future.result())
+        except Exception as exc:
+            raise BatchError(batch, exc) from exc
+        return list(zip(batch, outputs))
+
+    def abort(self) -> None:
+        """Drop waiting requests and wait out the batches in flight (after a failure)."""
+        self.scheduler.clear()
+        while self._in_flight:
+            _, future = self._in_flight.popleft()
+            future.exception()
 
     def _require_task(self, task: str, method: str) -> None:
         if self.task != task:
@@ -100,6 +131,21 @@ class Engine:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class BatchError(RuntimeError):
+    """A batch failed in the executor; ``requests`` are the requests it carried."""
+
+    def __init__(self, requests: list[Request], cause: BaseException) -> None:
+        super().__init__(f"a batch of {len(requests)} request(s) failed: {cause}")
+        self.requests = requests
+        self.cause = cause
+
+
+def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
+    """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
+    stacked = np.stack(outputs).astype(np.float32, copy=False)
+    return stacked[0] if single else stacked
 
 
 class _NoProgress:

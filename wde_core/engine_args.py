@@ -32,13 +32,16 @@ class EngineArgs:
     pooling: str | None = None
     normalize: bool | None = None
     num_threads: int | None = None
+    num_replicas: int | None = None
+    threads_per_replica: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"engine argument dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise ValueError(f"engine argument pooling={self.pooling!r}: expected one of {', '.join(POOLINGS)}")
-        for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads"):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads", "num_replicas",
+                     "threads_per_replica"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"engine argument {name}={value!r}: expected a positive integer")

@@ -25,6 +25,7 @@ class Request:
     token_ids: list[int] = field(default_factory=list)
     token_type_ids: list[int] | None = None
     prompt_len: int = 0
+    call_id: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -1,0 +1,117 @@
+"""Executors and the async engine: same results as the synchronous executor, replicas that die
+fail their batches with a clear error, concurrent callers share batches."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from conftest import wiki_paragraphs
+from wde_core import Engine
+from wde_core.async_engine import AsyncEngine
+from wde_core.engine import BatchError
+from wde_core.stages.data_parallel import ReplicaDiedError
+
+TEXTS = wiki_paragraphs(60) + ["short", "a", "two words"]
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_st_bert_dir):
+    return Engine(str(tiny_st_bert_dir), device="cpu").encode(TEXTS)
+
+
+@pytest.mark.parametrize("executor", ["pipelined", "data_parallel"])
+def test_executors_give_the_synchronous_results(tiny_st_bert_dir, expected, executor):
+    with Engine(str(tiny_st_bert_dir), device="cpu", executor=executor, max_num_batched_tokens=512) as engine:
+        assert engine.pipeline.components["executor"].name == executor
+        assert np.abs(engine.encode(TEXTS) - expected).max() <= 1e-6
+        assert engine.encode("one more").shape == (64,)
+
+
+@pytest.fixture
+def dp_engine(tiny_st_bert_dir):
+    engine = Engine(str(tiny_st_bert_dir), device="cpu", executor="data_parallel", num_replicas=2,
+                    threads_per_replica=1, max_num_batched_tokens=256)
+    yield engine
+    engine.close()
+
+
+def test_data_parallel_deals_work_by_token_load(dp_engine, expected):
+    assert np.abs(dp_engine.encode(TEXTS) - expected).max() <= 1e-6
+    served = [r.served_tokens for r in dp_engine.executor.replicas]
+    assert min(served) > 0.3 * max(served), served
+
+
+def wait_until(predicate, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_replica_that_dies_fails_its_batches_and_the_others_carry_on(dp_engine, expected):
+    executor = dp_engine.executor
+    victim = executor.replicas[0]
+    os.kill(victim.process.pid, signal.SIGSTOP)  # hold the batch inside the replica
+    requests = dp_engine.prepare_embed(["held by the victim"])
+    future = executor.submit(dp_engine.builder.build(requests))
+    assert victim.pending
+    os.kill(victim.process.pid, signal.SIGKILL)
+    with pytest.raises(ReplicaDiedError, match=r"replica 0 \(pid \d+\) died with exit code -9; 1 batch\(es\)"):
+        future.result(timeout=20)
+    assert executor.problems and not victim.alive
+    assert np.abs(dp_engine.encode(TEXTS) - expected).max() <= 1e-6  # the live replica serves everyone
+
+
+def test_with_every_replica_dead_requests_fail_instead_of_hanging(dp_engine):
+    for replica in dp_engine.executor.replicas:
+        os.kill(replica.process.pid, signal.SIGKILL)
+    wait_until(lambda: not any(r.alive for r in dp_engine.executor.replicas))
+    with pytest.raises(BatchError, match="no live replica: replica"):
+        dp_engine.encode(["nobody is left"])
+    assert not dp_engine.has_unfinished()
+
+
+def test_async_callers_share_batches_and_get_their_own_results(tiny_st_bert_dir, expected):
+    async def scenario():
+        engine = AsyncEngine(str(tiny_st_bert_dir), device="cpu")
+        seen_batches = []
+        build = engine.engine.builder.build
+        engine.engine.builder.build = lambda batch: seen_batches.append({r.call_id for r in batch}) or build(batch)
+        chunks = [TEXTS[i:i + 7] for i in range(0, len(TEXTS), 7)]
+        results = await asyncio.gather(*(engine.encode(c) for c in chunks), engine.encode("single text"))
+        await engine.close()
+        return results, seen_batches
+
+    results, seen_batches = asyncio.run(scenario())
+    assert np.abs(np.concatenate(results[:-1]) - expected).max() <= 1e-6
+    assert results[-1].shape == (64,)
+    assert max(len(calls) for calls in seen_batches) > 1  # requests of several callers in one batch
+
+
+def test_async_bad_input_and_failed_batches_fail_only_their_callers(tiny_st_bert_dir, expected):
+    async def scenario():
+        engine = AsyncEngine(str(tiny_st_bert_dir), device="cpu")
+        process = engine.engine.output_processor.process
+
+        def poisoned(batch, pooled):
+            if any("POISON" in r.text for r in batch):
+                raise RuntimeError("poisoned batch")
+            return process(batch, pooled)
+
+        engine.engine.output_processor.process = poisoned
+        bad = await asyncio.gather(engine.encode(["fine", 3]), return_exceptions=True)
+        failed = await asyncio.gather(engine.encode(["POISON"]), return_exceptions=True)
+        good = await engine.encode(TEXTS)
+        await engine.close()
+        return bad[0], failed[0], good
+
+    bad, failed, good = asyncio.run(scenario())
+    assert isinstance(bad, TypeError) and "input 1: field 'text'" in str(bad)
+    assert isinstance(failed, RuntimeError) and str(failed) == "poisoned batch"
+    assert np.abs(good - expected).max() <= 1e-6

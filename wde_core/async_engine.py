@@ -1,0 +1,134 @@
+"""``AsyncEngine``: many concurrent asyncio callers, one engine loop that batches them together.
+
+Each call is validated and tokenized in the caller's task (so bad input fails that call alone,
+before any work), then queued; one engine thread feeds every queued request to the scheduler,
+runs the batches and resolves each call's future when its last request is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from wde_core.engine import BatchError, Engine, stack_embeddings
+
+
+@dataclass
+class _Call:
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    size: int
+    single: bool
+    results: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    failed: bool = False
+
+
+class AsyncEngine:
+    """``await AsyncEngine(model, **engine_args).encode(texts)`` from any number of tasks.
+
+    Requests of concurrent calls share batches; a failed batch fails only the calls it served.
+    """
+
+    def __init__(self, model: str | None = None, **engine_args: Any) -> None:
+        self.engine = Engine(model, **engine_args)
+        self._submissions: queue.Queue = queue.Queue()
+        self._ids = itertools.count()
+        self._calls: dict[int, _Call] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="wde-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def pipeline(self):
+        """The resolved pipeline of the underlying engine."""
+        return self.engine.pipeline
+
+    async def encode(self, texts: str | Sequence[str], **options: Any) -> np.ndarray:
+        """Embed ``texts`` like :meth:`Engine.encode` (same keyword options, no progress bar)."""
+        if self._closed:
+            raise RuntimeError("AsyncEngine is closed")
+        requests = self.engine.prepare_embed(texts, **options)
+        loop = asyncio.get_running_loop()
+        call = _Call(loop, loop.create_future(), len(requests), isinstance(texts, str),
+                     [None] * len(requests), len(requests))
+        call_id = next(self._ids)
+        for request in requests:
+            request.call_id = call_id
+        self._submissions.put((call_id, call, requests))
+        return await call.future
+
+    def _loop(self) -> None:
+        engine, stopping = self.engine, False
+        while True:
+            for item in self._drain(block=not stopping and not engine.has_unfinished()):
+                if item is None:
+                    stopping = True
+                    continue
+                call_id, call, requests = item
+                self._calls[call_id] = call
+                engine.scheduler.add(requests)
+            if engine.has_unfinished():
+                try:
+                    self._run_one_step()
+                except Exception as exc:  # noqa: BLE001 - never leave callers waiting on a dead loop
+                    engine.abort()
+                    for call_id in list(self._calls):
+                        self._fail(call_id, exc)
+            elif stopping:
+                return
+
+    def _drain(self, *, block: bool):
+        """Yield queued submissions: wait for the first one only when ``block``."""
+        try:
+            yield self._submissions.get(block=block)
+            while True:
+                yield self._submissions.get_nowait()
+        except queue.Empty:
+            return
+
+    def _run_one_step(self) -> None:
+        try:
+            finished = self.engine.step()
+        except BatchError as exc:
+            for request in exc.requests:
+                self._fail(request.call_id, exc.cause)
+            return
+        for request, output in finished:
+            call = self._calls.get(request.call_id)
+            if call is None or call.failed:
+                continue
+            call.results[request.index] = output
+            call.remaining -= 1
+            if call.remaining == 0:
+                del self._calls[request.call_id]
+                result = stack_embeddings(call.results, single=call.single)
+                call.loop.call_soon_threadsafe(_resolve, call.future, result, None)
+
+    def _fail(self, call_id: int, error: BaseException) -> None:
+        call = self._calls.pop(call_id, None)
+        if call is not None and not call.failed:
+            call.failed = True
+            call.loop.call_soon_threadsafe(_resolve, call.future, None, error)
+
+    async def close(self) -> None:
+        """Finish queued work, stop the engine thread and release the executor."""
+        self._closed = True
+        self._submissions.put(None)
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self.engine.close()
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

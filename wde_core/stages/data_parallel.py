@@ -1,0 +1,167 @@
+"""Data-parallel executor: model replicas in worker processes, batches dealt by token load.
+
+Each replica is a spawned process that assembles the same pipeline (from the installed plugins),
+loads the weights and runs batches sent over a pipe. A replica that dies is reported; the batches
+it held fail with :class:`ReplicaDiedError` and later batches go to the replicas still alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from wde_core.stages.model_input import ModelInput
+
+logger = logging.getLogger("wde")
+
+
+class ReplicaDiedError(RuntimeError):
+    """A replica process died; the batches it held failed."""
+
+
+def _replica_main(conn, model: str, engine_args: dict[str, Any]) -> None:
+    """Body of a replica process: build a worker for the pipeline, then serve batches."""
+    from wde_core.pipeline import assemble_pipeline
+
+    pipeline = assemble_pipeline(model, **engine_args)
+    attention = pipeline.components["attention_backend"].load()(pipeline)
+    output_processor = pipeline.components["output_processor"].load()(pipeline)
+    worker = pipeline.components["worker"].load()(pipeline, attention, output_processor)
+    worker.load_model()
+    conn.send(("ready", os.getpid()))
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        job_id, model_input = job
+        try:
+            conn.send((job_id, True, worker.execute(model_input)))
+        except Exception as exc:  # noqa: BLE001 - the error travels back to the caller's future
+            conn.send((job_id, False, f"{type(exc).__name__}: {exc}"))
+
+
+@dataclasses.dataclass
+class _Replica:
+    index: int
+    process: Any
+    conn: Any
+    pending: dict[int, tuple[Future, int]] = dataclasses.field(default_factory=dict)
+    alive: bool = True
+    served_tokens: int = 0
+
+    @property
+    def load(self) -> int:
+        return sum(tokens for _, tokens in self.pending.values())
+
+
+class DataParallelExecutor:
+    """``num_replicas`` model replicas, each with ``threads_per_replica`` CPU threads (CPU) or one
+    GPU (``cuda:i``); each batch goes to the live replica with the fewest tokens in flight."""
+
+    def __init__(self, pipeline, make_worker: Callable | None = None) -> None:
+        args = pipeline.args
+        self.num_replicas = args.num_replicas or (_cuda_count() if pipeline.device.type == "cuda" else 2)
+        threads = args.threads_per_replica or max(1, (os.cpu_count() or 1) // self.num_replicas)
+        self.max_in_flight = 2 * self.num_replicas
+        self.problems: list[str] = []
+        self._lock = threading.Lock()
+        self._next_job = 0
+        ctx = multiprocessing.get_context("spawn")
+        self.replicas = [self._start(ctx, i, pipeline, threads) for i in range(self.num_replicas)]
+        for replica in self.replicas:
+            self._await_ready(replica)
+
+    def _start(self, ctx, index: int, pipeline, threads: int) -> _Replica:
+        replica_args = dataclasses.asdict(pipeline.args)
+        replica_args.update(executor="sync", num_threads=threads, dtype=str(pipeline.dtype).replace("torch.", ""),
+                            device=f"cuda:{index}" if pipeline.device.type == "cuda" else str(pipeline.device))
+        replica_args.pop("model")
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=_replica_main, args=(child, str(pipeline.model.path), replica_args),
+                              name=f"wde-replica-{index}", daemon=True)
+        process.start()
+        child.close()
+        return _Replica(index, process, parent)
+
+    def _await_ready(self, replica: _Replica) -> None:
+        try:
+            replica.conn.recv()
+        except EOFError:
+            raise ReplicaDiedError(f"replica {replica.index} exited while loading the model "
+                                   f"(exit code {replica.process.exitcode})") from None
+        threading.Thread(target=self._read, args=(replica,), name=f"wde-replica-{replica.index}-reader",
+                         daemon=True).start()
+
+    def submit(self, model_input: ModelInput) -> Future:
+        """Send ``model_input`` to the least-loaded live replica."""
+        future: Future = Future()
+        tokens = int(sum(model_input.seq_lens))
+        with self._lock:
+            live = [r for r in self.replicas if r.alive]
+            if not live:
+                future.set_exception(ReplicaDiedError("no live replica: " + "; ".join(self.problems)))
+                return future
+            replica = min(live, key=lambda r: r.load)
+            job_id = self._next_job
+            self._next_job += 1
+            replica.pending[job_id] = (future, tokens)
+            replica.served_tokens += tokens
+        try:
+            replica.conn.send((job_id, model_input))
+        except (OSError, ValueError):
+            self._replica_died(replica)
+        return future
+
+    def _read(self, replica: _Replica) -> None:
+        while True:
+            try:
+                job_id, ok, payload = replica.conn.recv()
+            except (EOFError, OSError):
+                self._replica_died(replica)
+                return
+            with self._lock:
+                future, _ = replica.pending.pop(job_id)
+            if ok:
+                future.set_result(payload)
+            else:
+                future.set_exception(RuntimeError(f"replica {replica.index}: {payload}"))
+
+    def _replica_died(self, replica: _Replica) -> None:
+        with self._lock:
+            if not replica.alive:
+                return
+            replica.alive = False
+            failed = list(replica.pending.values())
+            replica.pending.clear()
+        replica.process.join(timeout=5)
+        message = (f"replica {replica.index} (pid {replica.process.pid}) died with exit code "
+                   f"{replica.process.exitcode}; {len(failed)} batch(es) in flight failed")
+        self.problems.append(message)
+        logger.error("wde: %s", message)
+        for future, _ in failed:
+            future.set_exception(ReplicaDiedError(message))
+
+    def shutdown(self) -> None:
+        """Ask every live replica to stop and wait for it."""
+        for replica in self.replicas:
+            if replica.alive:
+                replica.alive = False
+                try:
+                    replica.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+        for replica in self.replicas:
+            replica.process.join(timeout=10)
+            if replica.process.is_alive():
+                replica.process.kill()
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count())
