@@ -41,3 +41,19 @@ def test_non_cpu_shapes_fall_back_to_plain_torch():
     x = torch.randn(2, 3, 8)  # 3-D input is not fused, still correct
     with torch.inference_mode():
         assert torch.allclose(layer(x), F.gelu(F.linear(x, layer.weight, layer.bias)), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prepacked_weights_give_the_same_outputs(dtype):
+    torch.manual_seed(1)
+    layers = [Linear(32, 48, activation="gelu"), Linear(48, 32)]
+    layers = [layer.to(dtype) for layer in layers]
+    x = torch.randn(20, 32, dtype=dtype)
+    with torch.inference_mode():
+        plain = layers[1](layers[0](x), residual=x)
+        for layer in layers:
+            layer.prepack()
+            assert layer.packed_weight is not None and layer.packed_weight.is_mkldnn
+        packed = layers[1](layers[0](x), residual=x)
+        assert torch.equal(layers[1](layers[0](x)), layers[1](layers[0](x)))
+    assert (packed.float() - plain.float()).abs().max().item() <= (1e-5 if dtype == torch.float32 else 2e-2)

@@ -80,3 +80,12 @@ def test_prompts_are_prepended(minilm_engine, reference):
     theirs = reference.encode(texts, prompt="query: ", convert_to_numpy=True)
     assert np.abs(ours - theirs).max() <= 1e-4
     assert np.abs(ours - minilm_engine.encode(texts)).max() > 1e-3
+
+
+def test_bfloat16_on_cpu_stays_within_its_measured_error(minilm_engine, paragraphs):
+    texts = paragraphs[:200]
+    full = minilm_engine.encode(texts)
+    half = Engine(str(minilm_engine.pipeline.model.path), device="cpu", dtype="bfloat16").encode(texts)
+    assert half.dtype == np.float32
+    assert min_cosine(half, full) >= 0.9999
+    assert np.abs(half - full).max() <= 5e-3

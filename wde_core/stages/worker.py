@@ -21,7 +21,7 @@ class ModelWorker:
 
     def load_model(self) -> None:
         """Build the model class without allocating random weights, load the checkpoint, then call
-        the model's optional ``after_load_weights()``."""
+        the model's optional ``after_load_weights()`` and every submodule's ``prepack()``."""
         p = self.pipeline
         model_cls = import_target(p.link.model)
         with torch.device("meta"):
@@ -30,6 +30,9 @@ class ModelWorker:
         load_weights(model, iter_checkpoint(p.model.path), source=str(p.model.path))
         if hasattr(model, "after_load_weights"):
             model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
+        for module in model.modules():
+            if callable(getattr(module, "prepack", None)):
+                module.prepack()  # e.g. wde_core.layers.Linear: oneDNN-blocked weights on CPU
         self.model = model.eval().requires_grad_(False)
 
     @torch.inference_mode()
