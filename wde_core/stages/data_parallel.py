@@ -69,6 +69,7 @@ class DataParallelExecutor:
         threads = args.threads_per_replica or max(1, (os.cpu_count() or 1) // self.num_replicas)
         self.max_in_flight = 2 * self.num_replicas
         self.problems: list[str] = []
+        self._closing = False
         self._lock = threading.Lock()
         self._next_job = 0
         ctx = multiprocessing.get_context("spawn")
@@ -133,7 +134,8 @@ class DataParallelExecutor:
 
     def _replica_died(self, replica: _Replica) -> None:
         with self._lock:
-            if not replica.alive:
+            if not replica.alive or self._closing:
+                replica.alive = False
                 return
             replica.alive = False
             failed = list(replica.pending.values())
@@ -148,6 +150,7 @@ class DataParallelExecutor:
 
     def shutdown(self) -> None:
         """Ask every live replica to stop and wait for it."""
+        self._closing = True
         for replica in self.replicas:
             if replica.alive:
                 replica.alive = False
