@@ -57,7 +57,7 @@ def workflows_data() -> list[dict[str, Any]]:
             component = registry.components[stage].get(name) if name else None
             stages[stage] = {"component": name or "(auto)", "provider": component.provider if component else ""}
         links = [{"architecture": link.architecture, "task": link.task, "model": link.model, "provider": link.provider}
-                 for link in sorted(registry.links.values(), key=lambda l: (l.architecture, l.task))
+                 for link in sorted(registry.links.values(), key=lambda item: (item.architecture, item.task))
                  if link.workflow == wf.name]
         data.append({"workflow": wf.name, "provider": wf.provider, "description": wf.description,
                      "stages": stages, "architectures": links})

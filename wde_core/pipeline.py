@@ -120,8 +120,9 @@ def _select_link(directory: ModelDirectory, task: str | None, host: PluginHost, 
         if task is not None:
             links = [link for link in links if link.task == task]
         if len(links) == 1:
-            reasons["workflow"] = f"{arch} is linked to {links[0].workflow!r} for task {links[0].task!r} by {links[0].provider}"
-            return links[0]
+            link = links[0]
+            reasons["workflow"] = f"{arch} is linked to {link.workflow!r} for task {link.task!r} by {link.provider}"
+            return link
         if len(links) > 1:
             tasks = ", ".join(sorted(link.task for link in links))
             raise NoWorkflowError(f"model {directory.name!r}: {arch} serves several tasks ({tasks}); pass task=")
@@ -190,7 +191,7 @@ def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, rea
                     (st.pooling, "1_Pooling/config.json"), (defaults.get("pooling"), f"default of {link.provider}"),
                     ("cls", "core default"))
     normalize = _pick("normalize", reasons, (args.normalize, "engine argument normalize"),
-                      (st.normalize, "modules.json (Normalize module)" if st.normalize else "modules.json (no Normalize)"),
+                      (st.normalize, f"modules.json ({'Normalize module' if st.normalize else 'no Normalize'})"),
                       (defaults.get("normalize"), f"default of {link.provider}"), (False, "core default"))
     offset = int(defaults.get("position_offset", 0))
     limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None

@@ -15,8 +15,9 @@ class TextInputProcessor:
         self.hidden_size = getattr(pipeline.model.config, "hidden_size", None)
 
     def process(self, inputs: str | Sequence[str], *, prompt: str | None = None, prompt_name: str | None = None,
-                options: EmbedOptions = EmbedOptions()) -> list[Request]:
+                options: EmbedOptions | None = None) -> list[Request]:
         """Validate ``inputs`` and return one request per text, the prompt prepended."""
+        options = options or EmbedOptions()
         texts = [inputs] if isinstance(inputs, str) else inputs
         if not isinstance(texts, Sequence) or isinstance(texts, (bytes, dict)):
             raise TypeError(f"inputs: expected a str or a list of str, got {type(inputs).__name__}")
