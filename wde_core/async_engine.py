@@ -1,7 +1,7 @@
 """``AsyncEngine``: many concurrent asyncio callers, one engine loop that batches them together.
 
-Each call is validated and tokenized in the caller's task (so bad input fails that call alone,
-before any work), then queued; one engine thread feeds every queued request to the scheduler,
+Each call is validated and tokenized on a tokenizer thread (the event loop never blocks on it, and
+bad input fails that call alone, before any work), then queued; one engine thread feeds every queued request to the scheduler,
 runs the batches and resolves each call's future when its last request is done.
 """
 
@@ -11,7 +11,9 @@ import asyncio
 import itertools
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Sequence
 
 import numpy as np
@@ -42,6 +44,7 @@ class AsyncEngine:
         self._ids = itertools.count()
         self._calls: dict[int, _Call] = {}
         self._closed = False
+        self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wde-tokenizer")
         self._thread = threading.Thread(target=self._loop, name="wde-engine", daemon=True)
         self._thread.start()
 
@@ -54,8 +57,9 @@ class AsyncEngine:
         """Embed ``texts`` like :meth:`Engine.encode` (same keyword options, no progress bar)."""
         if self._closed:
             raise RuntimeError("AsyncEngine is closed")
-        requests = self.engine.prepare_embed(texts, **options)
         loop = asyncio.get_running_loop()
+        requests = await loop.run_in_executor(self._tokenizer_thread, partial(self.engine.prepare_embed, texts,
+                                                                             **options))
         call = _Call(loop, loop.create_future(), len(requests), isinstance(texts, str),
                      [None] * len(requests), len(requests))
         call_id = next(self._ids)
@@ -122,6 +126,7 @@ class AsyncEngine:
         self._closed = True
         self._submissions.put(None)
         await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        self._tokenizer_thread.shutdown(wait=True)
         self.engine.close()
 
 
