@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from conftest import minilm_path
@@ -157,7 +158,7 @@ def test_encode_texts_given_as_arguments(wde, tiny_st_bert_dir, st_engine):
 
 def test_encode_engine_options_reach_the_engine(wde, tiny_st_bert_dir):
     out = ok(wde("encode", "-m", tiny_st_bert_dir, "--device", "cpu", "--pooling", "cls", "--max-model-len", "8",
-                 "--num-threads", "1", *TEXTS)).stdout
+                 "--num-threads", str(torch.get_num_threads()), "--executor", "pipelined", *TEXTS)).stdout
     expected = Engine(str(tiny_st_bert_dir), device="cpu", pooling="cls", max_model_len=8).encode(TEXTS)
     np.testing.assert_allclose(embeddings_of(out)[0], expected, atol=1e-6)
     assert np.abs(expected - Engine(str(tiny_st_bert_dir), device="cpu").encode(TEXTS)).max() > 1e-3

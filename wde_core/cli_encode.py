@@ -84,22 +84,24 @@ def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | N
 @click.option("--max-model-len", type=int, default=None, help="Override the model's max tokens per input.")
 @click.option("--max-num-batched-tokens", type=int, default=None)
 @click.option("--num-threads", type=int, default=None, help="CPU threads for inference.")
+@click.option("--executor", default=None, help="sync, pipelined, data_parallel or a plugin's executor.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def encode(texts, model, input_file, output, normalize, dimensions, prompt, prompt_name, truncate, device, dtype,
-           attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, quiet) -> None:
+           attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, executor, quiet) -> None:
     """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
     from wde_core.engine import Engine
 
     items, ids = read_inputs(texts, input_file)
     args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend,
-                            "pooling": pooling, "max_model_len": max_model_len, "num_threads": num_threads}
+                            "pooling": pooling, "max_model_len": max_model_len, "num_threads": num_threads,
+                            "executor": executor}
     if max_num_batched_tokens is not None:
         args["max_num_batched_tokens"] = max_num_batched_tokens
     try:
-        engine = Engine(model, **args)
-        embeddings = engine.encode(items, normalize=normalize, dimensions=dimensions, prompt=prompt,
-                                   prompt_name=prompt_name, truncate=truncate,
-                                   show_progress=not quiet and len(items) >= PROGRESS_THRESHOLD)
+        with Engine(model, **args) as engine:
+            embeddings = engine.encode(items, normalize=normalize, dimensions=dimensions, prompt=prompt,
+                                       prompt_name=prompt_name, truncate=truncate,
+                                       show_progress=not quiet and len(items) >= PROGRESS_THRESHOLD)
     except (LookupError, ValueError, TypeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     write_outputs(embeddings, ids, output)
