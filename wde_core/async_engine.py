@@ -1,8 +1,9 @@
 """``AsyncEngine``: many concurrent asyncio callers, one engine loop that batches them together.
 
 Each call is validated and tokenized on a tokenizer thread (the event loop never blocks on it, and
-bad input fails that call alone, before any work), then queued; one engine thread feeds every queued request to the scheduler,
-runs the batches and resolves each call's future when its last request is done.
+bad input fails that call alone, before any work), then queued; one engine thread feeds every queued
+request to the scheduler, runs the batches and resolves each call's future when its last request is
+done.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from wde_core.engine import BatchError, Engine, stack_embeddings
 class _Call:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    size: int
     single: bool
     results: list[Any] = field(default_factory=list)
     remaining: int = 0
@@ -60,8 +60,7 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         requests = await loop.run_in_executor(self._tokenizer_thread, partial(self.engine.prepare_embed, texts,
                                                                              **options))
-        call = _Call(loop, loop.create_future(), len(requests), isinstance(texts, str),
-                     [None] * len(requests), len(requests))
+        call = _Call(loop, loop.create_future(), isinstance(texts, str), [None] * len(requests), len(requests))
         call_id = next(self._ids)
         for request in requests:
             request.call_id = call_id
