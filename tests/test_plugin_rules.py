@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from wde_core import Engine, assemble_pipeline, hookimpl
+from wde_core import Engine, NoWorkflowError, assemble_pipeline, hookimpl
 from wde_core.plugins import PluginHost
 
 
@@ -83,3 +83,78 @@ def test_after_load_weights_runs_on_the_final_device_and_dtype(tiny_bert_dir, mo
     monkeypatch.setattr(BertEncoder, "after_load_weights", after_load_weights, raising=False)
     Engine(str(tiny_bert_dir), dtype="bfloat16")
     assert seen and seen[0][:2] == ("cpu", torch.bfloat16) and seen[0][2] > 0
+
+
+# --- link variants and configure --------------------------------------------------------------
+MARKER = "marker.txt"
+
+
+def has_marker(directory):
+    """Matcher of the ``marked`` variant: the directory holds ``marker.txt``."""
+    return f"{MARKER} present" if (directory.path / MARKER).is_file() else None
+
+
+def mean_pooling_for_marked(settings, directory, args, reasons):
+    """The ``marked`` variant pools by mean unless the engine argument says otherwise."""
+    if args.pooling is None:
+        settings.pooling = "mean"
+        reasons["pooling"] = "marked variant: mean pooling"
+
+
+class MarkedVariant:
+    """Links a ``marked`` variant of BertModel, chosen when the directory holds marker.txt."""
+
+    @staticmethod
+    @hookimpl
+    def wde_register_architectures(register):
+        from wde_core import ArchitectureLink
+
+        register(ArchitectureLink("BertModel", "embed", "embed", "wde_bert.model:BertEncoder", variant="marked",
+                                  matches="test_plugin_rules:has_marker",
+                                  configure="test_plugin_rules:mean_pooling_for_marked"))
+
+
+def test_a_matching_variant_wins_over_the_plain_link_and_configures_settings(register_plugin, tiny_bert_dir,
+                                                                               tmp_path):
+    import shutil
+
+    register_plugin(("marked", MarkedVariant))
+    plain = assemble_pipeline(str(tiny_bert_dir))
+    assert plain.link.variant == "" and plain.settings.pooling == "cls"
+    marked_dir = shutil.copytree(tiny_bert_dir, tmp_path / "marked")
+    (marked_dir / MARKER).write_text("x")
+    marked = assemble_pipeline(str(marked_dir))
+    assert marked.link.variant == "marked" and marked.link.provider == "marked"
+    assert "(marker.txt present)" in marked.reasons["workflow"]
+    assert marked.settings.pooling == "mean" and marked.reasons["pooling"] == "marked variant: mean pooling"
+    assert assemble_pipeline(str(marked_dir), pooling="max").settings.pooling == "max"
+    with pytest.raises(NoWorkflowError, match="variants 'marked' and 'marked2' of BertModel both apply"):
+        register_plugin(("marked", MarkedVariant), ("marked2", _renamed_variant("marked2")))
+        assemble_pipeline(str(marked_dir))
+
+
+def _renamed_variant(name):
+    class Renamed:
+        @staticmethod
+        @hookimpl
+        def wde_register_architectures(register):
+            from wde_core import ArchitectureLink
+
+            register(ArchitectureLink("BertModel", "embed", "embed", "wde_bert.model:BertEncoder", variant=name,
+                                      matches="test_plugin_rules:has_marker"))
+
+    return Renamed
+
+
+def test_a_variant_needs_a_matcher_and_a_matcher_a_variant(register_plugin):
+    class Unnamed:
+        @staticmethod
+        @hookimpl
+        def wde_register_architectures(register):
+            from wde_core import ArchitectureLink
+
+            register(ArchitectureLink("BertModel", "embed", "embed", "wde_bert.model:BertEncoder",
+                                      matches="test_plugin_rules:has_marker"))
+
+    host = register_plugin(("unnamed", Unnamed))
+    assert any("a link with `matches` needs a `variant` name" in str(p) for p in host.problems)

@@ -113,7 +113,7 @@ def test_example_registrations_carry_their_provider(isolated_host):
     assert reg.components["input_processor"]["lowercase-text"].provider == "wde-example"
     assert reg.components["scheduler"]["shortest-first"].target == "wde_example.stages:ShortestFirstScheduler"
     assert reg.components["tokenizer"]["hf-fast"].provider == "wde-core"
-    link = reg.links[(ARCH, "embed")]
+    link = reg.links[(ARCH, "embed", "")]
     assert (link.provider, link.workflow, link.model) == (
         "wde-example", "example-lowercase-embed", "wde_example.model:BagOfEmbeddings")
     assert reg.workflows["embed"].provider == "wde-core"
@@ -171,7 +171,7 @@ DUPLICATE_LINK = in_process(wde_register_architectures=lambda register: register
     (DUPLICATE_COMPONENT, "duplicate input processor 'text'", "wde-core",
      lambda r: r.components["input_processor"]["text"]),
     (DUPLICATE_LINK, "duplicate architecture 'BertModel' for task 'embed'", "wde-bert",
-     lambda r: r.links[("BertModel", "embed")]),
+     lambda r: r.links[("BertModel", "embed", "")]),
 ], ids=["workflow", "component", "architecture-link"])
 def test_duplicates_are_refused_naming_both_providers(register_plugin, plugin, what, owner, kept):
     host = register_plugin(("intruder", plugin))

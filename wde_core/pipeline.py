@@ -16,7 +16,7 @@ import torch
 
 from wde_core.model_files import ModelDirectory, open_model_directory
 from wde_core.plugins import PluginHost, get_plugin_host
-from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow
+from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow, import_target
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
 DEFAULT_MODEL_ENV = "WDE_DEFAULT_MODEL"
@@ -116,17 +116,33 @@ def _select_link(directory: ModelDirectory, task: str | None, host: PluginHost, 
     if not archs:
         raise NoWorkflowError(f"model {directory.name!r}: config.json lists no architectures")
     for arch in archs:
-        links = host.registry.links_for(arch)
-        if task is not None:
-            links = [link for link in links if link.task == task]
-        if len(links) == 1:
-            link = links[0]
-            reasons["workflow"] = f"{arch} is linked to {link.workflow!r} for task {link.task!r} by {link.provider}"
+        links = [link for link in host.registry.links_for(arch) if task is None or link.task == task]
+        per_task = _applicable_links(directory, links)
+        if len(per_task) == 1:
+            (link, why), = per_task.values()
+            matched = f" ({why})" if why else ""
+            reasons["workflow"] = (f"{arch}{matched} is linked to {link.workflow!r} for task {link.task!r} "
+                                   f"by {link.provider}")
             return link
-        if len(links) > 1:
-            tasks = ", ".join(sorted(link.task for link in links))
-            raise NoWorkflowError(f"model {directory.name!r}: {arch} serves several tasks ({tasks}); pass task=")
+        if len(per_task) > 1:
+            raise NoWorkflowError(f"model {directory.name!r}: {arch} serves several tasks "
+                                  f"({', '.join(sorted(per_task))}); pass task=")
     raise NoWorkflowError(_no_workflow_message(directory.name, archs, task, host))
+
+
+def _applicable_links(directory: ModelDirectory, links: list[ArchitectureLink]) -> dict[str, tuple]:
+    """Per task, the link that applies to the directory: a matching variant before the plain link."""
+    chosen: dict[str, tuple[ArchitectureLink, str]] = {}
+    for link in sorted(links, key=lambda item: item.variant):
+        why = link.match(directory)
+        if why is None:
+            continue
+        previous = chosen.get(link.task)
+        if previous is not None and previous[0].variant:
+            raise NoWorkflowError(f"model {directory.name!r}: variants {previous[0].variant!r} and "
+                                  f"{link.variant!r} of {link.architecture} both apply ({previous[1]}; {why})")
+        chosen[link.task] = (link, why)
+    return chosen
 
 
 def _no_workflow_message(model: str, archs: list[str], task: str | None, host: PluginHost) -> str:
@@ -202,8 +218,11 @@ def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, rea
         raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
     causal = bool(defaults.get("causal", False))
     reasons["causal"] = f"{'causal' if causal else 'bidirectional'} attention: default of {link.provider}"
-    return ModelSettings(pooling, normalize, max_len, st.prompts, st.default_prompt_name, st.include_prompt,
-                         causal, defaults)
+    settings = ModelSettings(pooling, normalize, max_len, st.prompts, st.default_prompt_name, st.include_prompt,
+                             causal, defaults)
+    if link.configure is not None:
+        import_target(link.configure)(settings, directory, args, reasons)
+    return settings
 
 
 def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:

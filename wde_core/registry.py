@@ -88,7 +88,11 @@ class ArchitectureLink:
     """Links an HF architecture and task to a workflow and the model class that implements it.
 
     ``defaults`` holds what the model family implies when the model directory is silent, such as
-    ``{"pooling": "cls", "normalize": False}``.
+    ``{"pooling": "cls", "normalize": False}``. ``matches`` (``"module:function"``, with a
+    ``variant`` name) makes the link apply only to directories for which ``function(directory)``
+    returns a reason string (for example bge-m3's extra head files); a matching variant wins over the
+    plain link. ``configure`` (``"module:function"``) is called as ``function(settings, directory,
+    args, reasons)`` after the core decided the model settings, to refine them.
     """
 
     architecture: str
@@ -97,7 +101,21 @@ class ArchitectureLink:
     model: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    variant: str = ""
+    matches: str | None = None
+    configure: str | None = None
     provider: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(architecture, task, variant)``: unique among the registered links."""
+        return self.architecture, self.task, self.variant
+
+    def match(self, directory) -> str | None:
+        """The reason this link applies to ``directory``, ``""`` for a plain link, ``None`` if not."""
+        if self.matches is None:
+            return ""
+        return import_target(self.matches)(directory) or None
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,7 @@ class Registry:
     def __init__(self) -> None:
         self.components: dict[str, dict[str, Component]] = {stage: {} for stage in STAGES}
         self.workflows: dict[str, Workflow] = {}
-        self.links: dict[tuple[str, str], ArchitectureLink] = {}
+        self.links: dict[tuple[str, str, str], ArchitectureLink] = {}
         self.model_sources: dict[str, ModelSource] = {}
         self.problems: list[Problem] = []
 
@@ -172,10 +190,15 @@ class Registry:
         def register(link: ArchitectureLink) -> None:
             if not isinstance(link, ArchitectureLink):
                 raise RegistrationError(f"expected a wde_core.ArchitectureLink, got {type(link).__name__}")
-            _check_target(link.model)
+            for target in (link.model, link.matches, link.configure):
+                if target is not None:
+                    _check_target(target)
+            if bool(link.matches) != bool(link.variant):
+                raise RegistrationError(f"architecture {link.architecture!r}: a link with `matches` needs a "
+                                        "`variant` name, and a variant needs `matches`")
             entry = dataclasses.replace(link, provider=provider)
-            key = (link.architecture, link.task)
-            self._add(self.links, key, entry, f"architecture {link.architecture!r} for task {link.task!r}")
+            variant = f" (variant {link.variant!r})" if link.variant else ""
+            self._add(self.links, link.key, entry, f"architecture {link.architecture!r} for task {link.task!r}{variant}")
 
         return register
 
@@ -209,8 +232,8 @@ class Registry:
             raise LookupError(f"no {stage.replace('_', ' ')} {name!r}{who}; registered: {known}") from None
 
     def links_for(self, architecture: str) -> list[ArchitectureLink]:
-        """Return every link registered for ``architecture``, one per task."""
-        return [link for (arch, _), link in self.links.items() if arch == architecture]
+        """Return every link registered for ``architecture``: one per task and variant."""
+        return [link for link in self.links.values() if link.architecture == architecture]
 
     def check_references(self) -> list[Problem]:
         """Return problems for workflows naming unknown components and links naming unknown workflows."""
@@ -229,7 +252,8 @@ class Registry:
     def check_imports(self) -> list[Problem]:
         """Import every registered target; return a problem for each that fails."""
         entries = [(c.provider, c.target) for stage in self.components.values() for c in stage.values()]
-        entries += [(link.provider, link.model) for link in self.links.values()]
+        entries += [(link.provider, target) for link in self.links.values()
+                    for target in (link.model, link.matches, link.configure) if target is not None]
         entries += [(s.provider, s.resolver) for s in self.model_sources.values()]
         found = []
         for provider, target in entries:
