@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Sequence
 
-import numpy as np
 
-from wde_core.engine import BatchError, Engine, stack_embeddings
+from wde_core.engine import BatchError, Engine
+from wde_core.outputs import collect_embeddings
 
 
 @dataclass
@@ -29,6 +29,7 @@ class _Call:
     single: bool
     results: list[Any] = field(default_factory=list)
     remaining: int = 0
+    output: Any = "dense"
     failed: bool = False
 
 
@@ -53,14 +54,15 @@ class AsyncEngine:
         """The resolved pipeline of the underlying engine."""
         return self.engine.pipeline
 
-    async def encode(self, texts: str | Sequence[str], **options: Any) -> np.ndarray:
+    async def encode(self, texts: str | Sequence[str], **options: Any) -> Any:
         """Embed ``texts`` like :meth:`Engine.encode` (same keyword options, no progress bar)."""
         if self._closed:
             raise RuntimeError("AsyncEngine is closed")
         loop = asyncio.get_running_loop()
         requests = await loop.run_in_executor(self._tokenizer_thread, partial(self.engine.prepare_embed, texts,
                                                                              **options))
-        call = _Call(loop, loop.create_future(), isinstance(texts, str), [None] * len(requests), len(requests))
+        call = _Call(loop, loop.create_future(), isinstance(texts, str), [None] * len(requests), len(requests),
+                     options.get("output", "dense"))
         call_id = next(self._ids)
         for request in requests:
             request.call_id = call_id
@@ -111,7 +113,7 @@ class AsyncEngine:
             call.remaining -= 1
             if call.remaining == 0:
                 del self._calls[request.call_id]
-                result = stack_embeddings(call.results, single=call.single)
+                result = collect_embeddings(call.results, call.output, single=call.single)
                 call.loop.call_soon_threadsafe(_resolve, call.future, result, None)
 
     def _fail(self, call_id: int, error: BaseException) -> None:

@@ -6,9 +6,9 @@ import sys
 from collections import deque
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
+from wde_core.outputs import DENSE, check_outputs, collect_embeddings, parse_output
 from wde_core.pipeline import Pipeline, assemble_pipeline
 from wde_core.request import EmbedOptions, Request
 
@@ -53,22 +53,27 @@ class Engine:
 
     def encode(self, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
                prompt: str | None = None, prompt_name: str | None = None, truncate: bool = True,
-               show_progress: bool = False) -> np.ndarray:
+               output: str | Sequence[str] = "dense", show_progress: bool = False) -> Any:
         """Embed ``texts``: a float32 array ``[n, dim]``, or ``[dim]`` for a single string.
 
         ``normalize`` and ``dimensions`` override the model's settings (Matryoshka truncation,
         then renormalization); ``prompt``/``prompt_name`` prepend an instruction; with
         ``truncate=False`` an input longer than ``max_model_len`` raises ``ValueError``.
+        ``output`` names what to return where the model serves more than the dense vector
+        (bge-m3: ``"sparse"``, ``"colbert"``); a tuple of names returns a dict keyed by them.
         """
         requests = self.prepare_embed(texts, normalize=normalize, dimensions=dimensions, prompt=prompt,
-                                      prompt_name=prompt_name, truncate=truncate)
-        return stack_embeddings(self.run(requests, show_progress=show_progress), single=isinstance(texts, str))
+                                      prompt_name=prompt_name, truncate=truncate, output=output)
+        results = self.run(requests, show_progress=show_progress)
+        return collect_embeddings(results, output, single=isinstance(texts, str))
 
     def prepare_embed(self, texts, *, normalize=None, dimensions=None, prompt=None, prompt_name=None,
-                      truncate=True) -> list[Request]:
+                      truncate=True, output="dense") -> list[Request]:
         """Validate and tokenize an ``encode`` call's inputs; raises before any batch runs."""
         self._require_task("embed", "encode")
-        options = EmbedOptions(normalize=normalize, dimensions=dimensions)
+        names, _ = parse_output(output)
+        check_outputs(names, getattr(self.output_processor, "outputs", (DENSE,)), self.pipeline.model.name)
+        options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
         requests = self.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
         self.tokenizer.tokenize(requests, truncate=truncate)
         return requests
@@ -140,12 +145,6 @@ class BatchError(RuntimeError):
         super().__init__(f"a batch of {len(requests)} request(s) failed: {cause}")
         self.requests = requests
         self.cause = cause
-
-
-def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
-    """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
-    stacked = np.stack(outputs).astype(np.float32, copy=False)
-    return stacked[0] if single else stacked
 
 
 class _NoProgress:

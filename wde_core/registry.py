@@ -198,7 +198,8 @@ class Registry:
                                         "`variant` name, and a variant needs `matches`")
             entry = dataclasses.replace(link, provider=provider)
             variant = f" (variant {link.variant!r})" if link.variant else ""
-            self._add(self.links, link.key, entry, f"architecture {link.architecture!r} for task {link.task!r}{variant}")
+            what = f"architecture {link.architecture!r} for task {link.task!r}{variant}"
+            self._add(self.links, link.key, entry, what)
 
         return register
 

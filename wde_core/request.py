@@ -12,6 +12,7 @@ class EmbedOptions:
 
     normalize: bool | None = None
     dimensions: int | None = None
+    output: tuple[str, ...] = ("dense",)
 
 
 @dataclass

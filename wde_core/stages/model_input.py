@@ -17,7 +17,8 @@ class ModelInput:
 
     ``cu_seqlens[b]:cu_seqlens[b+1]`` are sequence ``b``'s tokens; ``positions`` count from the
     model's position offset within each sequence; ``pool_start`` is the first pooled token of each
-    sequence (after a prompt that pooling excludes).
+    sequence (after a prompt that pooling excludes); ``outputs`` names the outputs the batch's
+    requests asked for (``{"dense"}`` unless a model serves more), so extra heads can be skipped.
     """
 
     input_ids: torch.Tensor
@@ -28,6 +29,7 @@ class ModelInput:
     seq_lens: list[int]
     pool_start: torch.Tensor
     attn_metadata: Any
+    outputs: frozenset[str] = frozenset({"dense"})
 
     @property
     def num_seqs(self) -> int:
@@ -80,4 +82,5 @@ class FlatBatchBuilder:
             seq_lens=seq_lens,
             pool_start=cu_seqlens[:-1].long() + prompt_lens,
             attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal),
+            outputs=frozenset(name for r in requests for name in getattr(r.options, "output", ("dense",))),
         )

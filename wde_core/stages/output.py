@@ -14,6 +14,8 @@ from wde_core.stages.pooling import POOLERS
 class EmbeddingOutputProcessor:
     """Pools hidden states, truncates to ``dimensions`` (Matryoshka) and L2-normalizes."""
 
+    outputs = ("dense",)
+
     def __init__(self, pipeline) -> None:
         self.pooling = pipeline.settings.pooling
         self.normalize = pipeline.settings.normalize

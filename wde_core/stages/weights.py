@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import torch
 
@@ -35,12 +35,21 @@ def checkpoint_files(directory: Path) -> list[Path]:
                        f"pytorch_model.bin or {BIN_INDEX})")
 
 
-def iter_checkpoint(directory: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, tensor)`` for every weight in the directory, one file at a time."""
+def iter_checkpoint(directory: Path, extra_files: Mapping[str, str] | None = None,
+                    ) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(name, tensor)`` for every weight in the directory, one file at a time.
+
+    ``extra_files`` maps further weight files beside the checkpoint (``torch.save``d state dicts
+    such as bge-m3's ``colbert_linear.pt``) to the prefix their names get.
+    """
     for path in checkpoint_files(directory):
         if not path.is_file():
             raise WeightsError(f"weights file {path} is listed in the index but missing")
         yield from (_iter_safetensors(path) if path.suffix == ".safetensors" else _iter_bin(path))
+    for name, prefix in (extra_files or {}).items():
+        if not (directory / name).is_file():
+            raise WeightsError(f"{directory}: weights file {name} is missing")
+        yield from ((prefix + key, tensor) for key, tensor in _iter_bin(directory / name))
 
 
 def _iter_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:

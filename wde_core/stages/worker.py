@@ -27,7 +27,8 @@ class ModelWorker:
         with torch.device("meta"):
             model = model_cls(p.model.config, self.attention, p.settings)
         model = model.to_empty(device=self.device).to(p.dtype)
-        load_weights(model, iter_checkpoint(p.model.path), source=str(p.model.path))
+        extra = getattr(model, "extra_checkpoint_files", {})
+        load_weights(model, iter_checkpoint(p.model.path, extra), source=str(p.model.path))
         if hasattr(model, "after_load_weights"):
             model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
         for module in model.modules():
@@ -36,8 +37,14 @@ class ModelWorker:
         self.model = model.eval().requires_grad_(False)
 
     @torch.inference_mode()
-    def execute(self, model_input: ModelInput) -> torch.Tensor:
-        """Run one batch; return the pooled outputs on the CPU."""
+    def execute(self, model_input: ModelInput):
+        """Run one batch; return the pooled outputs (a tensor, or a dict of them) on the CPU."""
         model_input = model_input.to(self.device)
         hidden = self.model(model_input)
-        return self.pooler(hidden, model_input).to("cpu")
+        return _to_cpu(self.pooler(hidden, model_input))
+
+
+def _to_cpu(outputs):
+    if isinstance(outputs, dict):
+        return {name: _to_cpu(value) for name, value in outputs.items()}
+    return outputs.to("cpu")

@@ -1,0 +1,63 @@
+"""Named outputs of the embed task: ``"dense"`` from every model, others from models with extra heads.
+
+``Engine.encode(texts, output=...)`` takes one name (the result is that output alone) or a tuple of
+names (the result is a dict keyed by them); one forward pass serves any mix. An output processor
+lists what it serves in its ``outputs`` attribute and returns, per request, either the dense vector
+(when it serves only ``"dense"``) or a dict keyed by the names the request asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+DENSE = "dense"
+
+
+def parse_output(output: str | Sequence[str]) -> tuple[tuple[str, ...], bool]:
+    """Return the requested names and whether the caller asked for a dict (a tuple of names)."""
+    if isinstance(output, str):
+        return (output,), False
+    if not isinstance(output, (tuple, list)) or not output or not all(isinstance(o, str) for o in output):
+        raise TypeError(f"output={output!r}: expected a name such as 'dense' or a tuple of names")
+    if len(set(output)) != len(output):
+        raise ValueError(f"output={tuple(output)!r}: names repeat")
+    return tuple(output), True
+
+
+def check_outputs(names: tuple[str, ...], served: Sequence[str], model: str) -> None:
+    """Refuse output names the model's output processor does not serve, naming what it serves."""
+    unknown = [name for name in names if name not in served]
+    if unknown:
+        raise ValueError(f"output={unknown[0]!r}: model {model!r} serves {', '.join(repr(s) for s in served)} "
+                         "only" + _head_hint(unknown))
+
+
+def _head_hint(unknown: list[str]) -> str:
+    if {"sparse", "colbert"} & set(unknown):
+        return " (sparse and ColBERT outputs need a model with those heads, such as bge-m3)"
+    return ""
+
+
+def collect_embeddings(results: list[Any], output: str | Sequence[str], *, single: bool) -> Any:
+    """Assemble per-request results into what ``encode`` returns for ``output``."""
+    names, as_dict = parse_output(output)
+    collected = {name: _collect_one([_pick(r, name) for r in results], name, single) for name in names}
+    return collected if as_dict else collected[names[0]]
+
+
+def _pick(result: Any, name: str) -> Any:
+    return result[name] if isinstance(result, dict) else result
+
+
+def _collect_one(values: list[Any], name: str, single: bool) -> Any:
+    if name == DENSE:
+        return stack_embeddings(values, single=single)
+    return values[0] if single else values
+
+
+def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
+    """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
+    stacked = np.stack(outputs).astype(np.float32, copy=False)
+    return stacked[0] if single else stacked
