@@ -1,0 +1,155 @@
+"""The decoder over packed sequences: Qwen2, Llama and Mistral differ only by their configs.
+
+Pre-norm layers of RoPE attention (grouped key/value heads, fused q/k/v) and a SwiGLU feed-forward
+(fused gate/up), RMSNorm. Whether attention is causal is the attention backend's business: the
+builder puts ``settings.causal`` into the metadata, and no code here looks at it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+from wde_core.layers import Linear
+from wde_qwen2_bidir.rope import RotaryTables, head_dim, rope_type, rotate
+
+_LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$")
+_SKIPPED = ("lm_head.",)
+
+
+def projection_biases(config) -> tuple[bool, bool, bool]:
+    """``(q/k/v bias, o_proj bias, MLP bias)``: Qwen2 always biases q/k/v and nothing else; Llama
+    and Mistral follow ``attention_bias`` and ``mlp_bias`` (absent means no bias)."""
+    if config.model_type == "qwen2":
+        return True, False, False
+    attention_bias = bool(getattr(config, "attention_bias", False))
+    return attention_bias, attention_bias, bool(getattr(config, "mlp_bias", False))
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm computed in float32, then scaled in the model's dtype (as HF does)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize the last dimension of ``x``."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class DecoderAttention(nn.Module):
+    """Fused q/k/v projection (q rows, then k rows, then v rows), RoPE, the engine's backend, o_proj."""
+
+    def __init__(self, config, attention) -> None:
+        super().__init__()
+        qkv_bias, o_bias, _ = projection_biases(config)
+        self.attention = attention
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = head_dim(config)
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj = Linear(self.q_size, config.hidden_size, bias=o_bias)
+
+    def forward(self, x, cos, sin, attn_metadata, residual) -> torch.Tensor:
+        """``residual + o_proj(attention(x))`` over the packed tokens."""
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = rotate(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
+        k = rotate(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        attended = self.attention.forward(q, k, v, attn_metadata)
+        return self.o_proj(attended.reshape(tokens, self.q_size), residual=residual)
+
+
+class DecoderMLP(nn.Module):
+    """SwiGLU: ``down(act(gate(x)) * up(x))`` with gate and up fused into one projection."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        _, _, bias = projection_biases(config)
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + down(act(gate) * up)``."""
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        return self.down_proj(self.act(gate) * up, residual=residual)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm decoder layer: attention and feed-forward, each added to the residual stream."""
+
+    def __init__(self, config, attention) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = DecoderAttention(config, attention)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = DecoderMLP(config)
+
+    def forward(self, x, cos, sin, attn_metadata) -> torch.Tensor:
+        """One layer over the packed tokens ``x [T, H]``."""
+        x = self.self_attn(self.input_layernorm(x), cos, sin, attn_metadata, residual=x)
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
+
+
+class DecoderEmbedder(nn.Module):
+    """A Qwen2/Llama/Mistral base model: packed tokens in, final-norm hidden states ``[T, H]`` out.
+
+    Loads ``*Model`` and ``*ForCausalLM`` checkpoints alike: the ``model.`` prefix is dropped and
+    the language-model head is skipped.
+    """
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__()
+        rope_type(config)  # refuse an unsupported RoPE before allocating anything
+        max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.rotary = RotaryTables(config, max_len)
+        self.layers = nn.ModuleList(DecoderLayer(config, attention) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self._fused_rows = _fused_rows(self.layers[0].self_attn, config.intermediate_size)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Last hidden states of every packed token; positions restart at 0 in each sequence."""
+        x = self.embed_tokens(model_input.input_ids)
+        cos, sin = self.rotary(model_input.positions)
+        for layer in self.layers:
+            x = layer(x, cos, sin, model_input.attn_metadata)
+        return self.norm(x)
+
+    def after_load_weights(self) -> None:
+        """Compute the RoPE tables (buffers come out of meta construction empty)."""
+        self.rotary.compute()
+
+    def map_checkpoint_name(self, name: str):
+        """Map an HF checkpoint name to ``(parameter, rows)``; ``None`` for the LM head and RoPE buffers."""
+        name = name.removeprefix("model.")
+        if name.startswith(_SKIPPED) or name.endswith("rotary_emb.inv_freq"):
+            return None
+        match = _LAYER.match(name)
+        if match is None:
+            return name, None
+        index, block, projection, kind = match.groups()
+        fused, rows = self._fused_rows[projection]
+        return f"layers.{index}.{block}.{fused}.{kind}", rows
+
+
+def _fused_rows(attention: DecoderAttention, intermediate: int) -> dict[str, tuple[str, slice]]:
+    """HF projection -> (our fused projection, its rows)."""
+    q, kv = attention.q_size, attention.kv_size
+    return {
+        "q_proj": ("qkv_proj", slice(0, q)),
+        "k_proj": ("qkv_proj", slice(q, q + kv)),
+        "v_proj": ("qkv_proj", slice(q + kv, q + 2 * kv)),
+        "gate_proj": ("gate_up_proj", slice(0, intermediate)),
+        "up_proj": ("gate_up_proj", slice(intermediate, 2 * intermediate)),
+    }

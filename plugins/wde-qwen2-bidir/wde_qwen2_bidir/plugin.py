@@ -1,0 +1,66 @@
+"""Registers the decoder-embedding workflow, its engine arguments and tokenizer, and the decoder
+architectures (Qwen2, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike)."""
+
+from __future__ import annotations
+
+from wde_core import ArchitectureLink, Workflow, hookimpl
+
+WORKFLOW = "decoder-embed"
+MODEL = "wde_qwen2_bidir.model:DecoderEmbedder"
+CONFIGURE = "wde_qwen2_bidir.attention_mode:configure"
+ARCHITECTURES = {
+    "Qwen2Model": "Qwen2 decoder: RoPE, GQA, RMSNorm, SwiGLU, q/k/v biases",
+    "Qwen2ForCausalLM": "Qwen2 decoder (language-model head skipped): RoPE, GQA, RMSNorm, SwiGLU, q/k/v biases",
+    "LlamaModel": "Llama decoder: RoPE (llama3 scaling), GQA, RMSNorm, SwiGLU",
+    "LlamaForCausalLM": "Llama decoder (language-model head skipped): RoPE (llama3 scaling), GQA, RMSNorm, SwiGLU",
+    "MistralModel": "Mistral decoder: RoPE, GQA, RMSNorm, SwiGLU; max length capped at the sliding window",
+    "MistralForCausalLM": "Mistral decoder (language-model head skipped); max length capped at the sliding window",
+}
+# Every known decoder embedder normalizes its embeddings (gte-Qwen2, e5-mistral, LLM2Vec).
+DEFAULTS = {"pooling": "last", "normalize": True, "causal": True}
+
+
+@hookimpl
+def wde_register_engine_args(register):
+    """The core's engine arguments plus ``enable_bidirectional``."""
+    register("decoder", "wde_qwen2_bidir.engine_args:DecoderEngineArgs",
+             "the core's arguments plus enable_bidirectional (True, False, or None to follow the model)")
+
+
+@hookimpl
+def wde_register_tokenizers(register):
+    """The core's fast tokenizer, appending EOS when the tokenizer config asks and the tokenizer does not."""
+    register("hf-fast-eos", "wde_qwen2_bidir.tokenizer:EosAppendingTokenizer",
+             "the model's fast tokenizer; EOS appended when tokenizer_config.json has add_eos_token")
+
+
+@hookimpl
+def wde_register_workflows(register):
+    """The core's embed workflow with the decoder's tokenizer and engine arguments."""
+    register(Workflow(
+        name=WORKFLOW,
+        input_processor="text",
+        tokenizer="hf-fast-eos",
+        scheduler="token-budget",
+        model_input_builder="flat",
+        executor="sync",
+        worker="model",
+        output_processor="embedding",
+        engine_args="decoder",
+        description="texts -> decoder last hidden states -> pooled (last token by default) embeddings",
+    ))
+
+
+@hookimpl
+def wde_register_architectures(register):
+    """Each decoder architecture embeds through ``decoder-embed`` with the one decoder model class."""
+    for architecture, description in ARCHITECTURES.items():
+        register(ArchitectureLink(
+            architecture=architecture,
+            task="embed",
+            workflow=WORKFLOW,
+            model=MODEL,
+            defaults=DEFAULTS,
+            description=description,
+            configure=CONFIGURE,
+        ))

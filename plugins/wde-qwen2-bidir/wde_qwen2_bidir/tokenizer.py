@@ -1,0 +1,79 @@
+"""Tokenizer stage for decoder embedders: EOS appended when ``tokenizer_config.json`` asks for it.
+
+gte-Qwen2 and Llama tokenizer configs set ``add_eos_token: true``, but not every fast tokenizer
+honours it (gte-Qwen2 relied on its own remote tokenizer code). Last-token pooling then reads the
+EOS state the model was trained to summarize, so it is appended here when the tokenizer does not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from wde_core.request import Request
+from wde_core.stages.tokenizer import HFTokenizer
+
+
+def asks_for_eos(path: Path) -> bool:
+    """Whether the model directory's ``tokenizer_config.json`` sets ``add_eos_token: true``."""
+    config_file = Path(path) / "tokenizer_config.json"
+    if not config_file.is_file():
+        return False
+    with open(config_file, encoding="utf-8") as f:
+        return json.load(f).get("add_eos_token") is True
+
+
+class EosAppendingTokenizer(HFTokenizer):
+    """The core's fast tokenizer; appends EOS (keeping room for it when truncating) if asked to."""
+
+    def __init__(self, pipeline) -> None:
+        super().__init__(pipeline)
+        self.leading, self.trailing = self._special_tokens_around_text()
+        self.eos_id = self.tokenizer.eos_token_id
+        appends_itself = self.trailing > 0 and self._probe()[-1] == self.eos_id
+        self.append_eos = asks_for_eos(pipeline.model.path) and not appends_itself
+        if self.append_eos and self.eos_id is None:
+            raise ValueError(f"model {pipeline.model.name!r}: tokenizer_config.json asks for an EOS token "
+                             "but the tokenizer has no eos_token")
+
+    def tokenize(self, requests: list[Request], *, truncate: bool = True) -> None:
+        """Fill each request's token ids, EOS last when appended; ``truncate=False`` refuses long inputs."""
+        if not self.append_eos:
+            super().tokenize(requests, truncate=truncate)
+            return
+        encoded = self.tokenizer(
+            [r.text for r in requests],
+            add_special_tokens=True,
+            truncation=truncate,
+            max_length=self.max_len - 1 if truncate else None,  # room for the EOS
+            return_attention_mask=False,
+            verbose=False,
+        )
+        for request, ids in zip(requests, encoded["input_ids"]):
+            request.token_ids = list(ids) + [self.eos_id]
+        if not truncate:
+            self.check_lengths(requests)
+        if not self.include_prompt:
+            self.set_prompt_lengths(requests)
+
+    def set_prompt_lengths(self, requests: list[Request]) -> None:
+        """Record the prompt's leading tokens (its text and the tokenizer's leading specials, e.g. BOS)."""
+        lengths: dict[str, int] = {}
+        for request in requests:
+            if request.prompt:
+                if request.prompt not in lengths:
+                    ids = self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
+                    lengths[request.prompt] = self.leading + len(ids)
+                request.prompt_len = min(lengths[request.prompt], request.num_tokens - 1)
+
+    def _probe(self) -> list[int]:
+        return self.tokenizer("a", add_special_tokens=True)["input_ids"]
+
+    def _special_tokens_around_text(self) -> tuple[int, int]:
+        """How many special tokens the tokenizer puts before and after a text (BOS, EOS, ...)."""
+        plain = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+        full = self._probe()
+        for start in range(len(full) - len(plain) + 1):
+            if full[start:start + len(plain)] == plain:
+                return start, len(full) - start - len(plain)
+        return 0, 0
