@@ -71,7 +71,7 @@ def save_random_decoder(directory: Path, family: str, *, seed: int = 0, saved_cl
     model = model_class(getattr(transformers, config_name)(**config)).eval()
     with torch.no_grad():  # HF initializes RMSNorm weights to 1 and biases to 0: make them random too
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith(".bias"):
+            if name.endswith(("norm.weight", ".bias")):
                 param.add_(torch.randn_like(param) * 0.1)
     model.save_pretrained(directory)
     write_decoder_tokenizer(directory, add_eos_token=add_eos_token)

@@ -25,9 +25,9 @@ CONFIG_FIELDS = (
 KNOWN_MODELS = (
     ("gte-qwen2-7b-instruct", True, "gte-Qwen2-7B-instruct was trained with bidirectional attention"),
     ("gte-qwen1.5-7b-instruct", True, "gte-Qwen1.5-7B-instruct was trained with bidirectional attention"),
-    ("gte-qwen2-1.5b-instruct", True, "gte-Qwen2-1.5B-instruct: bidirectional as its model card, TEI and "
-                                      "vLLM have it (some older references ran it causally; pass "
-                                      "enable_bidirectional=False for those)"),
+    ("gte-qwen2-1.5b-instruct", True, ("gte-Qwen2-1.5B-instruct: bidirectional as its model card, TEI and "
+                                       "vLLM have it (some older references ran it causally; pass "
+                                       "enable_bidirectional=False for those)")),
 )
 
 

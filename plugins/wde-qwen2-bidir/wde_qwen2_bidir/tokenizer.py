@@ -28,10 +28,8 @@ class EosAppendingTokenizer(HFTokenizer):
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
-        self.leading, self.trailing = self._special_tokens_around_text()
         self.eos_id = self.tokenizer.eos_token_id
-        appends_itself = self.trailing > 0 and self._probe()[-1] == self.eos_id
-        self.append_eos = asks_for_eos(pipeline.model.path) and not appends_itself
+        self.append_eos = asks_for_eos(pipeline.model.path) and not self._appends_eos_itself()
         if self.append_eos and self.eos_id is None:
             raise ValueError(f"model {pipeline.model.name!r}: tokenizer_config.json asks for an EOS token "
                              "but the tokenizer has no eos_token")
@@ -57,23 +55,21 @@ class EosAppendingTokenizer(HFTokenizer):
             self.set_prompt_lengths(requests)
 
     def set_prompt_lengths(self, requests: list[Request]) -> None:
-        """Record the prompt's leading tokens (its text and the tokenizer's leading specials, e.g. BOS)."""
-        lengths: dict[str, int] = {}
-        for request in requests:
-            if request.prompt:
-                if request.prompt not in lengths:
-                    ids = self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
-                    lengths[request.prompt] = self.leading + len(ids)
-                request.prompt_len = min(lengths[request.prompt], request.num_tokens - 1)
+        """Record how many leading tokens belong to the prompt (excluded from pooling): the leading run
+        of tokens that end within the prompt text, so a token spanning the boundary stays pooled."""
+        prompted = [r for r in requests if r.prompt]
+        if not prompted:
+            return
+        offsets = self.tokenizer([r.text for r in prompted], add_special_tokens=True, return_offsets_mapping=True,
+                                 verbose=False)["offset_mapping"]
+        for request, spans in zip(prompted, offsets):
+            inside = 0
+            while inside < len(spans) and spans[inside][1] <= len(request.prompt):
+                inside += 1
+            request.prompt_len = min(inside, request.num_tokens - 1)
 
-    def _probe(self) -> list[int]:
-        return self.tokenizer("a", add_special_tokens=True)["input_ids"]
-
-    def _special_tokens_around_text(self) -> tuple[int, int]:
-        """How many special tokens the tokenizer puts before and after a text (BOS, EOS, ...)."""
+    def _appends_eos_itself(self) -> bool:
+        """Whether the tokenizer's own special tokens already end a text with EOS."""
+        full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
         plain = self.tokenizer("a", add_special_tokens=False)["input_ids"]
-        full = self._probe()
-        for start in range(len(full) - len(plain) + 1):
-            if full[start:start + len(plain)] == plain:
-                return start, len(full) - start - len(plain)
-        return 0, 0
+        return self.eos_id is not None and len(full) > len(plain) and full[-1] == self.eos_id
