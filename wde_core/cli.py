@@ -56,9 +56,9 @@ def workflows_data() -> list[dict[str, Any]]:
         for stage, name in wf.stages().items():
             component = registry.components[stage].get(name) if name else None
             stages[stage] = {"component": name or "(auto)", "provider": component.provider if component else ""}
-        links = [{"architecture": link.architecture, "task": link.task, "model": link.model, "provider": link.provider}
-                 for link in sorted(registry.links.values(), key=lambda item: (item.architecture, item.task))
-                 if link.workflow == wf.name]
+        links = [{"architecture": link.architecture, "task": link.task, "variant": link.variant, "model": link.model,
+                  "provider": link.provider}
+                 for link in sorted(registry.links.values(), key=lambda item: item.key) if link.workflow == wf.name]
         data.append({"workflow": wf.name, "provider": wf.provider, "description": wf.description,
                      "stages": stages, "architectures": links})
     return data
@@ -78,7 +78,8 @@ def list_workflows(as_json: bool, check: bool) -> None:
         for wf in data:
             click.echo(f"workflow {wf['workflow']}  (from {wf['provider']})  {wf['description']}")
             print_table([{"stage": s, **v} for s, v in wf["stages"].items()], ["stage", "component", "provider"])
-            archs = ", ".join(f"{a['architecture']}[{a['task']}]" for a in wf["architectures"]) or "none"
+            archs = ", ".join(f"{a['architecture']}[{a['task']}{', ' + a['variant'] if a['variant'] else ''}]"
+                              for a in wf["architectures"]) or "none"
             click.echo(f"architectures: {archs}\n")
         print_problems(problems)
     if check and problems:

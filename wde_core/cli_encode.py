@@ -48,21 +48,32 @@ def _read_jsonl(path: Path) -> tuple[list[str], list[Any] | None]:
     return texts, ids if any(i is not None for i in ids) else None
 
 
-def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | None) -> None:
-    """Write ``.npy`` or ``.jsonl`` (``{"embedding": [...]}`` per input, ``id`` carried through)."""
-    if output is not None and output.endswith(".npy"):
-        np.save(output, embeddings)
+def write_outputs(results: Any, ids: list[Any] | None, output: str | None,
+                  output_types: tuple[str, ...] = ("dense",)) -> None:
+    """Write ``.npy`` (dense only) or ``.jsonl``: ``{"embedding": [...]}`` per input for dense alone,
+    else one key per output type (sparse as ``{token_id: weight}``, ColBERT as a list of vectors)."""
+    if output is not None and output.endswith(".npy"):  # encode() refused .npy for other output types
+        np.save(output, results)
         return
+    columns = {"embedding": results} if output_types == ("dense",) else results
     lines = []
-    for i, vector in enumerate(embeddings):
+    for i in range(len(next(iter(columns.values())))):
         record: dict[str, Any] = {} if ids is None else {"id": ids[i]}
-        record["embedding"] = [float(x) for x in vector]
-        lines.append(json.dumps(record))
+        record.update({name: _jsonable(values[i]) for name, values in columns.items()})
+        lines.append(json.dumps(record, ensure_ascii=False))
     text = "\n".join(lines) + "\n"
     if output is None or output == "-":
         click.echo(text, nl=False)
     else:
         Path(output).write_text(text, encoding="utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(k): float(v) for k, v in value.items()}
+    return value
 
 
 @click.command("encode")
@@ -72,6 +83,8 @@ def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | N
 @click.option("-o", "--output", default=None, help=".npy or .jsonl; JSON lines on stdout when omitted.")
 @click.option("--normalize/--no-normalize", default=None, help="Override the model's normalization.")
 @click.option("--dimensions", type=int, default=None, help="Matryoshka: keep the first N dimensions.")
+@click.option("--output-type", "output_types", multiple=True, default=("dense",), show_default=True,
+              help="dense, sparse or colbert (bge-m3); repeat for several (JSON lines output).")
 @click.option("--prompt", default=None, help="Text prepended to every input.")
 @click.option("--prompt-name", default=None, help="A prompt from config_sentence_transformers.json.")
 @click.option("--truncate/--no-truncate", default=True, show_default=True,
@@ -86,12 +99,15 @@ def write_outputs(embeddings: np.ndarray, ids: list[Any] | None, output: str | N
 @click.option("--num-threads", type=int, default=None, help="CPU threads for inference.")
 @click.option("--executor", default=None, help="sync, pipelined, data_parallel or a plugin's executor.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def encode(texts, model, input_file, output, normalize, dimensions, prompt, prompt_name, truncate, device, dtype,
-           attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, executor, quiet) -> None:
+def encode(texts, model, input_file, output, normalize, dimensions, output_types, prompt, prompt_name, truncate,
+           device, dtype, attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, executor,
+           quiet) -> None:
     """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
     from wde_core.engine import Engine
 
     items, ids = read_inputs(texts, input_file)
+    if output is not None and output.endswith(".npy") and output_types != ("dense",):
+        raise click.UsageError(f"--output-type {' '.join(output_types)} needs a .jsonl output, not .npy")
     args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend,
                             "pooling": pooling, "max_model_len": max_model_len, "num_threads": num_threads,
                             "executor": executor}
@@ -101,7 +117,8 @@ def encode(texts, model, input_file, output, normalize, dimensions, prompt, prom
         with Engine(model, **args) as engine:
             embeddings = engine.encode(items, normalize=normalize, dimensions=dimensions, prompt=prompt,
                                        prompt_name=prompt_name, truncate=truncate,
+                                       output=output_types[0] if output_types == ("dense",) else output_types,
                                        show_progress=not quiet and len(items) >= PROGRESS_THRESHOLD)
     except (LookupError, ValueError, TypeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    write_outputs(embeddings, ids, output)
+    write_outputs(embeddings, ids, output, output_types)

@@ -11,10 +11,11 @@ import torch
 from wde_core.outputs import DENSE, check_outputs, collect_embeddings, parse_output
 from wde_core.pipeline import Pipeline, assemble_pipeline
 from wde_core.request import EmbedOptions, Request
+from wde_core.scoring_api import ScoringTasks
 
 
-class Engine:
-    """Serve one model: ``Engine(model, **engine_args).encode(texts)``.
+class Engine(ScoringTasks):
+    """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or ``score``/``rerank``/``classify``).
 
     The pipeline (workflow, components, settings) is resolved and every component built here,
     once; the per-batch path (schedule, build input, execute, process output) calls no hooks.
@@ -124,8 +125,10 @@ class Engine:
 
     def _require_task(self, task: str, method: str) -> None:
         if self.task != task:
+            methods = {"embed": "encode()", "rerank": "score() and rerank()", "classify": "classify()"}
+            use = f"; use {methods[self.task]}" if self.task in methods else ""
             raise TypeError(f"{method}() serves the {task!r} task, but model {self.pipeline.model.name!r} "
-                            f"is served for the {self.task!r} task")
+                            f"is served for the {self.task!r} task{use}")
 
     def close(self) -> None:
         """Release the executor and its workers."""

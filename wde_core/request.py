@@ -15,6 +15,13 @@ class EmbedOptions:
     output: tuple[str, ...] = ("dense",)
 
 
+@dataclass(frozen=True)
+class ScoreOptions:
+    """Per-request options of the rerank and classify tasks."""
+
+    raw_scores: bool = False
+
+
 @dataclass
 class Request:
     """One input: its position in the caller's list, the text to tokenize and its token ids."""

@@ -1,0 +1,49 @@
+"""Sequence-classification heads on the BERT and XLM-R encoders: logits ``[B, num_labels]`` per sequence."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wde_bert.model import BertEncoder
+from wde_core.layers import Linear
+from wde_xlm_roberta.model import XLMRobertaEncoder
+
+
+def first_tokens(hidden: torch.Tensor, model_input) -> torch.Tensor:
+    """The first token state of each packed sequence."""
+    return hidden.index_select(0, model_input.cu_seqlens[:-1].long())
+
+
+class BertCrossEncoder(BertEncoder):
+    """``BertForSequenceClassification``: CLS -> pooler (dense, tanh) -> classifier."""
+
+    skipped_prefixes = ("cls.", "embeddings.position_ids")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.pooler = nn.Module()
+        self.pooler.dense = Linear(config.hidden_size, config.hidden_size)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Logits of every sequence in the packed batch."""
+        cls = first_tokens(super().forward(model_input), model_input)
+        return self.classifier(torch.tanh(self.pooler.dense(cls)))
+
+
+class XLMRobertaCrossEncoder(XLMRobertaEncoder):
+    """``XLMRobertaForSequenceClassification``: CLS -> classifier.dense, tanh -> classifier.out_proj."""
+
+    skipped_prefixes = ("lm_head.", "embeddings.token_type_ids", "embeddings.position_ids", "pooler.")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.classifier = nn.Module()
+        self.classifier.dense = Linear(config.hidden_size, config.hidden_size)
+        self.classifier.out_proj = Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Logits of every sequence in the packed batch."""
+        cls = first_tokens(super().forward(model_input), model_input)
+        return self.classifier.out_proj(torch.tanh(self.classifier.dense(cls)))

@@ -1,0 +1,24 @@
+"""The XLM-RoBERTa encoder: BERT's layers, RoBERTa's checkpoint names and position offset."""
+
+from __future__ import annotations
+
+from wde_bert.model import BertEncoder
+
+PADDING_IDX = 1  # XLM-R's <pad>; positions start at PADDING_IDX + 1 (the link's position_offset)
+
+
+class XLMRobertaEncoder(BertEncoder):
+    """``XLMRobertaModel`` without its pooler: the BERT layers under RoBERTa's names.
+
+    Positions count from ``padding_idx + 1`` within each packed sequence (the core adds the link's
+    ``position_offset``); there is one token type.
+    """
+
+    checkpoint_prefix = "roberta."
+    skipped_prefixes = BertEncoder.skipped_prefixes + ("lm_head.", "embeddings.token_type_ids", "classifier.")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        if config.pad_token_id != PADDING_IDX:
+            raise ValueError(f"{type(self).__name__}: pad_token_id={config.pad_token_id} is not supported "
+                             f"(XLM-R positions start at padding_idx + 1 = {PADDING_IDX + 1})")
+        super().__init__(config, attention, settings)

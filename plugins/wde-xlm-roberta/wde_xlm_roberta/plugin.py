@@ -1,0 +1,42 @@
+"""Registers XLM-RoBERTa for the embed task, and the bge-m3 variant with its three outputs."""
+
+from __future__ import annotations
+
+from wde_core import ArchitectureLink, Workflow, hookimpl
+from wde_xlm_roberta.model import PADDING_IDX
+
+DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX + 1}
+
+
+@hookimpl
+def wde_register_architectures(register):
+    """``XLMRobertaModel`` embeds (pooling from the sentence-transformers files, else CLS); a
+    directory with bge-m3's head files is served by the bge-m3 variant."""
+    for architecture in ("XLMRobertaModel", "XLMRobertaForMaskedLM", "RobertaModel", "RobertaForMaskedLM"):
+        register(ArchitectureLink(
+            architecture=architecture, task="embed", workflow="embed",
+            model="wde_xlm_roberta.model:XLMRobertaEncoder", defaults=DEFAULTS,
+            description="(XLM-)RoBERTa encoder (multilingual-e5, arctic-embed-l-v2.0, paraphrase-multilingual)",
+        ))
+    register(ArchitectureLink(
+        architecture="XLMRobertaModel", task="embed", workflow="bge-m3",
+        model="wde_xlm_roberta.bge_m3:BgeM3Model", defaults=DEFAULTS, variant="bge-m3",
+        matches="wde_xlm_roberta.bge_m3:has_bge_m3_heads",
+        description="bge-m3: dense, sparse (lexical weights) and ColBERT outputs from one pass",
+    ))
+
+
+@hookimpl
+def wde_register_output_processors(register):
+    """bge-m3's output processor: dense vectors, lexical weights and ColBERT vectors."""
+    register("bge-m3", "wde_xlm_roberta.bge_m3_output:BgeM3OutputProcessor", "dense, sparse and colbert outputs")
+
+
+@hookimpl
+def wde_register_workflows(register):
+    """The embed workflow with bge-m3's output processor."""
+    register(Workflow(
+        name="bge-m3", input_processor="text", tokenizer="hf-fast", scheduler="token-budget",
+        model_input_builder="flat", executor="sync", worker="model", output_processor="bge-m3",
+        engine_args="default", description="texts -> dense, sparse and ColBERT embeddings (output=...)",
+    ))

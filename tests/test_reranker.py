@@ -1,0 +1,247 @@
+"""Cross-encoders (wde-reranker): random-weight BERT and XLM-R sequence classifiers against HF logits
+and sentence-transformers' CrossEncoder, and the real all-MiniLM-L6-v2 backbone with a seeded head on
+real query/paragraph pairs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, XLMRobertaConfig,
+                          XLMRobertaForSequenceClassification)
+
+from conftest import minilm_path, wiki_paragraphs, write_tokenizer
+from wde_core import Engine
+from wde_core.cli import cli
+from wde_core.plugins import get_plugin_host
+
+TOL = 1e-4
+BACKENDS = ["torch_sdpa", "eager"]
+QUERY = "Which animal jumps over the dog?"
+DOCS = ["The quick brown fox jumps over the lazy dog.", "Stock markets fell sharply on Monday.",
+        "A fox is a small omnivorous mammal.", "", "dogs " * 400, "The quick brown fox jumps over the lazy dog."]
+XLMR_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "sentencepiece.bpe.model")
+
+
+def save_bert_classifier(directory, *, num_labels=1, seed=0, **config):
+    torch.manual_seed(seed)
+    labels = {i: name for i, name in enumerate(["contradiction", "entailment", "neutral"][:num_labels])}
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=96, type_vocab_size=2, num_labels=num_labels,
+                     **({"id2label": labels, "label2id": {v: k for k, v in labels.items()}} if num_labels > 1 else {}),
+                     **config)
+    BertForSequenceClassification(cfg).eval().save_pretrained(directory)
+    write_tokenizer(directory)
+    return directory
+
+
+def save_xlmr_classifier(directory, tokenizer_dir, *, num_labels=1, seed=0):
+    torch.manual_seed(seed)
+    cfg = XLMRobertaConfig(vocab_size=250037, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, max_position_embeddings=98, type_vocab_size=1, pad_token_id=1,
+                           bos_token_id=0, eos_token_id=2, num_labels=num_labels)
+    XLMRobertaForSequenceClassification(cfg).eval().save_pretrained(directory)
+    for name in XLMR_TOKENIZER_FILES:
+        shutil.copy(tokenizer_dir / name, directory / name)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bert_ce(tmp_path_factory):
+    return save_bert_classifier(tmp_path_factory.mktemp("bert-ce"), seed=1)
+
+
+@pytest.fixture(scope="module")
+def xlmr_ce(tmp_path_factory, e5_dirs):
+    return save_xlmr_classifier(tmp_path_factory.mktemp("xlmr-ce"), e5_dirs["xlmr"], seed=2)
+
+
+def hf_logits(directory, pairs, max_length):
+    """HF's logits for the pairs: padded batch, documents truncated (``only_second``)."""
+    model = (BertForSequenceClassification if "bert-ce" in str(directory) or "minilm" in str(directory)
+             else XLMRobertaForSequenceClassification).from_pretrained(directory, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    batch = tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="only_second",
+                      max_length=max_length, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits.numpy()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["bert_ce", "xlmr_ce"])
+def test_logits_match_hf(case, backend, request):
+    directory = request.getfixturevalue(case)
+    engine = Engine(str(directory), device="cpu", attention_backend=backend)
+    assert engine.task == "rerank" and engine.pipeline.link.variant == "single-logit"
+    pairs = [(QUERY, d) for d in DOCS] + [("", "empty query"), ("short", "x")]
+    ours = engine.score(pairs, raw_scores=True)
+    theirs = hf_logits(directory, pairs, engine.pipeline.settings.max_model_len)[:, 0]
+    assert ours.shape == (len(pairs),) and ours.dtype == np.float32
+    assert np.abs(ours - theirs).max() <= TOL
+    assert np.abs(engine.score(pairs) - 1 / (1 + np.exp(-theirs))).max() <= TOL  # sigmoid by default
+
+
+@pytest.mark.parametrize("case", ["bert_ce", "xlmr_ce"])
+def test_predict_and_rank_match_sentence_transformers(case, request):
+    from sentence_transformers import CrossEncoder
+
+    directory = request.getfixturevalue(case)
+    engine = Engine(str(directory), device="cpu")
+    reference = CrossEncoder(str(directory), device="cpu", max_length=engine.pipeline.settings.max_model_len)
+    docs = DOCS[:4] + ["Foxes and dogs are both canids.", "Jumping is a form of locomotion."]
+    pairs = [(QUERY, d) for d in docs]
+    assert np.abs(engine.score(pairs) - reference.predict(pairs)).max() <= TOL
+    ours = engine.rerank(QUERY, docs, return_documents=True)
+    theirs = reference.rank(QUERY, docs, return_documents=True)
+    assert [r["index"] for r in ours] == [r["corpus_id"] for r in theirs]
+    assert np.abs(np.array([r["score"] for r in ours]) - [r["score"] for r in theirs]).max() <= TOL
+    assert [r["document"] for r in ours] == [r["text"] for r in theirs]
+
+
+def test_rerank_order_top_n_duplicates_and_empty(bert_ce):
+    engine = Engine(str(bert_ce), device="cpu")
+    scores = engine.score([(QUERY, d) for d in DOCS])
+    ranked = engine.rerank(QUERY, DOCS)
+    assert [r["index"] for r in ranked] == sorted(range(len(DOCS)), key=lambda i: (-scores[i], i))
+    assert all(a["score"] >= b["score"] for a, b in zip(ranked, ranked[1:]))
+    duplicate = [r for r in ranked if r["index"] in (0, 5)]  # DOCS[0] == DOCS[5]: same score, input order
+    assert duplicate[0]["score"] == duplicate[1]["score"] and [r["index"] for r in duplicate] == [0, 5]
+    assert engine.rerank(QUERY, DOCS, top_n=2) == ranked[:2]
+    assert engine.rerank(QUERY, DOCS, top_n=100) == ranked
+    assert engine.rerank(QUERY, []) == []
+    assert "document" not in ranked[0]
+    assert engine.rerank("", [""])[0]["index"] == 0  # empty strings are valid text
+
+
+def test_long_documents_are_cut_never_the_query(bert_ce):
+    engine = Engine(str(bert_ce), device="cpu")
+    max_len = engine.pipeline.settings.max_model_len
+    long_doc = "lorem ipsum " * 300
+    requests = engine.prepare_requests("rerank", "score", [(QUERY, long_doc)], raw_scores=False, truncate=True)
+    tokenizer = AutoTokenizer.from_pretrained(bert_ce)
+    query_ids = tokenizer(QUERY)["input_ids"]
+    assert requests[0].num_tokens == max_len and requests[0].token_ids[: len(query_ids)] == query_ids
+    with pytest.raises(ValueError, match=rf"input 1: the \(query, document\) pair has \d+ tokens, more than "
+                                         rf"max_model_len={max_len}; shorten the document or pass truncate=True"):
+        engine.score([(QUERY, "short"), (QUERY, long_doc)], truncate=False)
+    with pytest.raises(ValueError, match=r"input 0: field 'query' has \d+ tokens; .* leaves no room for the "
+                                         rf"document within max_model_len={max_len}; shorten the query"):
+        engine.rerank("very long query " * 40, ["doc"])
+
+
+def test_bad_input_names_the_item_and_field_and_the_engine_keeps_serving(bert_ce):
+    engine = Engine(str(bert_ce), device="cpu")
+    with pytest.raises(TypeError, match=r"input 1: field 'document' must be a str, got int"):
+        engine.score([("q", "d"), ("q", 3)])
+    with pytest.raises(TypeError, match=r"input 0: expected a \(query, document\) pair, got str"):
+        engine.score(["not a pair"])
+    with pytest.raises(TypeError, match=r"query: expected a str, got NoneType"):
+        engine.rerank(None, ["d"])
+    with pytest.raises(TypeError, match=r"documents: expected a list of str, got str"):
+        engine.rerank("q", "a single string")
+    with pytest.raises(ValueError, match=r"top_n=0: expected a positive integer or None"):
+        engine.rerank("q", ["d"], top_n=0)
+    with pytest.raises(ValueError, match=r"inputs: got an empty list"):
+        engine.score([])
+    assert engine.score([("q", "still serving")]).shape == (1,)
+
+
+def test_each_task_refuses_the_others_methods(bert_ce, tiny_bert_dir):
+    reranker = Engine(str(bert_ce), device="cpu")
+    with pytest.raises(TypeError, match=r"encode\(\) serves the 'embed' task, but model .* is served for the "
+                                        r"'rerank' task; use score\(\) and rerank\(\)"):
+        reranker.encode(["text"])
+    with pytest.raises(TypeError, match=r"classify\(\) serves the 'classify' task, .* 'rerank' task"):
+        reranker.classify(["text"])
+    embedder = Engine(str(tiny_bert_dir), device="cpu")
+    with pytest.raises(TypeError, match=r"rerank\(\) serves the 'rerank' task, but model .* is served for the "
+                                        r"'embed' task; use encode\(\)"):
+        embedder.rerank("q", ["d"])
+
+
+def test_classify_gives_label_probabilities(tmp_path):
+    directory = save_bert_classifier(tmp_path / "nli", num_labels=3, seed=4)
+    engine = Engine(str(directory), device="cpu")
+    assert engine.task == "classify" and engine.pipeline.reasons["activation"] == "softmax over labels"
+    inputs = [("A man is eating.", "Someone eats."), "a single text", ("", "")]
+    ours = engine.classify(inputs)
+    assert [list(r) for r in ours] == [["contradiction", "entailment", "neutral"]] * 3
+    model = BertForSequenceClassification.from_pretrained(directory).eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    for result, item in zip(ours, inputs):
+        # lists: a single call tokenizer("", "") would drop the empty second text and encode no pair
+        batch = tokenizer(*(([item],) if isinstance(item, str) else ([item[0]], [item[1]])), return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**batch).logits[0]
+        assert np.abs(np.array(list(result.values())) - torch.softmax(logits, -1).numpy()).max() <= TOL
+        raw = engine.classify(item, raw_scores=True)
+        assert isinstance(raw, dict) and np.abs(np.array(list(raw.values())) - logits.numpy()).max() <= TOL
+
+
+def test_the_activation_in_sentence_transformers_config_is_honoured(tmp_path, bert_ce):
+    from sentence_transformers import CrossEncoder
+
+    directory = shutil.copytree(bert_ce, tmp_path / "identity")
+    config = json.loads((directory / "config.json").read_text())
+    config["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}
+    (directory / "config.json").write_text(json.dumps(config))
+    engine = Engine(str(directory), device="cpu")
+    assert "Identity" in engine.pipeline.reasons["activation"]
+    pairs = [(QUERY, d) for d in DOCS[:3]]
+    assert np.abs(engine.score(pairs) - CrossEncoder(str(directory), device="cpu").predict(pairs)).max() <= TOL
+    assert np.abs(engine.score(pairs) - engine.score(pairs, raw_scores=True)).max() == 0
+
+
+def test_cli_rerank(bert_ce, tmp_path):
+    get_plugin_host().register_commands(cli)
+    engine = Engine(str(bert_ce), device="cpu")
+    result = CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "--query", QUERY, "--top-n", "2",
+                                      "--return-documents", *DOCS[:3]])
+    assert result.exit_code == 0, result.output
+    printed, expected = json.loads(result.output), engine.rerank(QUERY, DOCS[:3], top_n=2, return_documents=True)
+    assert [(r["index"], r["document"]) for r in printed] == [(r["index"], r["document"]) for r in expected]
+    assert [r["score"] for r in printed] == pytest.approx([r["score"] for r in expected], abs=1e-6)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join(json.dumps({"id": f"d{i}", "text": d}) for i, d in enumerate(DOCS[:3])))
+    from_file = json.loads(CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY, "-i", str(docs)]).output)
+    assert [r["id"] for r in from_file] == [f"d{r['index']}" for r in from_file]
+    stdin = CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY], input="one\ntwo\n")
+    assert sorted(r["index"] for r in json.loads(stdin.output)) == [0, 1]
+
+
+# --- the real all-MiniLM-L6-v2 backbone with a seeded head ----------------------------------------------
+@pytest.fixture(scope="module")
+def minilm_ce(tmp_path_factory):
+    from safetensors.torch import load_file
+
+    directory = tmp_path_factory.mktemp("minilm-ce")
+    config = BertConfig.from_pretrained(minilm_path())
+    config.num_labels = 1
+    config.architectures = ["BertForSequenceClassification"]
+    model = BertForSequenceClassification(config).eval()
+    state = {k: v for k, v in load_file(str(minilm_path() / "model.safetensors")).items() if k != "embeddings.position_ids"}
+    missing = model.bert.load_state_dict(state, strict=False).missing_keys
+    assert missing == []  # the real backbone and pooler; only the classifier is seeded
+    torch.manual_seed(0)
+    torch.nn.init.normal_(model.classifier.weight, std=0.2)
+    torch.nn.init.normal_(model.classifier.bias, std=0.2)
+    model.save_pretrained(directory)
+    write_tokenizer(directory)
+    return directory
+
+
+@pytest.mark.slow
+def test_real_backbone_cross_encoder_on_wiki_pairs(minilm_ce):
+    records = [json.loads(line) for line in open(wiki_paragraphs.__globals__["WIKI"], encoding="utf-8")][:120]
+    pairs = [(r["title"], p["text"]) for r in records[::12] for p in records[:24]]  # 10 queries x 24 paragraphs
+    assert len(pairs) >= 200
+    engine = Engine(str(minilm_ce), device="cpu")
+    ours = engine.score(pairs, raw_scores=True)
+    max_len = engine.pipeline.settings.max_model_len
+    theirs = np.concatenate([hf_logits(minilm_ce, pairs[i: i + 24], max_len)[:, 0] for i in range(0, len(pairs), 24)])
+    assert np.abs(ours - theirs).max() <= TOL
+    assert np.std(theirs) > 0.05  # a real spread of scores, not a constant
