@@ -207,7 +207,8 @@ def test_unresolvable_and_malformed_paths_name_the_plugin(register_plugin):
     assert messages(host, "bad-paths") == [
         "wde_register_tokenizers: import path 'no_such_module:X' does not resolve: no module 'no_such_module'",
         "wde_register_tokenizers: import path 'not an import path' is not of the form 'package.module:attr'"]
-    mine = {name for name, c in host.registry.components["tokenizer"].items() if c.provider in ("wde-core", "bad-paths")}
+    mine = {name for name, c in host.registry.components["tokenizer"].items()
+            if c.provider in ("wde-core", "bad-paths")}
     assert mine == {"hf-fast", "ghost"}  # the two refused paths are not registered
 
 

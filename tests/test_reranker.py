@@ -205,6 +205,8 @@ def test_cli_rerank(bert_ce, tmp_path):
     printed, expected = json.loads(result.output), engine.rerank(QUERY, DOCS[:3], top_n=2, return_documents=True)
     assert [(r["index"], r["document"]) for r in printed] == [(r["index"], r["document"]) for r in expected]
     assert [r["score"] for r in printed] == pytest.approx([r["score"] for r in expected], abs=1e-6)
+    inspect = CliRunner().invoke(cli, ["inspect", str(bert_ce)])
+    assert "activation: single logit: sigmoid" in inspect.output and "task: rerank" in inspect.output
     docs = tmp_path / "docs.jsonl"
     docs.write_text("\n".join(json.dumps({"id": f"d{i}", "text": d}) for i, d in enumerate(DOCS[:3])))
     from_file = json.loads(CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY, "-i", str(docs)]).output)
@@ -223,7 +225,8 @@ def minilm_ce(tmp_path_factory):
     config.num_labels = 1
     config.architectures = ["BertForSequenceClassification"]
     model = BertForSequenceClassification(config).eval()
-    state = {k: v for k, v in load_file(str(minilm_path() / "model.safetensors")).items() if k != "embeddings.position_ids"}
+    state = load_file(str(minilm_path() / "model.safetensors"))
+    state.pop("embeddings.position_ids", None)
     missing = model.bert.load_state_dict(state, strict=False).missing_keys
     assert missing == []  # the real backbone and pooler; only the classifier is seeded
     torch.manual_seed(0)
@@ -245,3 +248,30 @@ def test_real_backbone_cross_encoder_on_wiki_pairs(minilm_ce):
     theirs = np.concatenate([hf_logits(minilm_ce, pairs[i: i + 24], max_len)[:, 0] for i in range(0, len(pairs), 24)])
     assert np.abs(ours - theirs).max() <= TOL
     assert np.std(theirs) > 0.05  # a real spread of scores, not a constant
+
+
+def test_async_engine_scores_reranks_and_classifies_concurrently(bert_ce, tmp_path):
+    import asyncio
+
+    from wde_core.async_engine import AsyncEngine
+
+    sync = Engine(str(bert_ce), device="cpu")
+    queries = [QUERY, "markets", "fox", ""]
+
+    async def many():
+        engine = AsyncEngine(str(bert_ce), device="cpu")
+        try:
+            ranked = await asyncio.gather(*(engine.rerank(q, DOCS, top_n=3) for q in queries))
+            scores = await engine.score([(QUERY, d) for d in DOCS])
+            with pytest.raises(TypeError, match="classify\\(\\) serves the 'classify' task"):
+                await engine.classify("text")
+            return ranked, scores, await engine.rerank(QUERY, [])
+        finally:
+            await engine.close()
+
+    ranked, scores, empty = asyncio.run(many())
+    for q, result in zip(queries, ranked):
+        expected = sync.rerank(q, DOCS, top_n=3)
+        assert [r["index"] for r in result] == [r["index"] for r in expected]
+        assert np.abs(np.array([r["score"] for r in result]) - [r["score"] for r in expected]).max() <= 1e-6
+    assert np.abs(scores - sync.score([(QUERY, d) for d in DOCS])).max() <= 1e-6 and empty == []

@@ -15,26 +15,28 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 
 from wde_core.engine import BatchError, Engine
 from wde_core.outputs import collect_embeddings
+from wde_core.scoring_api import check_rerank_arguments, ranked
 
 
 @dataclass
 class _Call:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    single: bool
+    collect: Callable[[list], Any]
     results: list[Any] = field(default_factory=list)
     remaining: int = 0
-    output: Any = "dense"
     failed: bool = False
 
 
 class AsyncEngine:
-    """``await AsyncEngine(model, **engine_args).encode(texts)`` from any number of tasks.
+    """``await AsyncEngine(model, **engine_args).encode(texts)`` (or ``score``/``rerank``/``classify``)
+    from any number of tasks.
 
     Requests of concurrent calls share batches; a failed batch fails only the calls it served.
     """
@@ -56,13 +58,41 @@ class AsyncEngine:
 
     async def encode(self, texts: str | Sequence[str], **options: Any) -> Any:
         """Embed ``texts`` like :meth:`Engine.encode` (same keyword options, no progress bar)."""
+        output, single = options.get("output", "dense"), isinstance(texts, str)
+        return await self._submit(partial(self.engine.prepare_embed, texts, **options),
+                                  lambda results: collect_embeddings(results, output, single=single))
+
+    async def score(self, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
+                    truncate: bool = True) -> np.ndarray:
+        """Score ``(query, document)`` pairs like :meth:`Engine.score`."""
+        prepare = partial(self.engine.prepare_requests, "rerank", "score", pairs, raw_scores=raw_scores,
+                          truncate=truncate)
+        return await self._submit(prepare, lambda results: np.asarray(results, dtype=np.float32))
+
+    async def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
+                     return_documents: bool = False, raw_scores: bool = False, truncate: bool = True) -> list[dict]:
+        """Rank ``documents`` against ``query`` like :meth:`Engine.rerank`."""
+        self.engine._require_task("rerank", "rerank")
+        check_rerank_arguments(query, documents, top_n)
+        if len(documents) == 0:
+            return []
+        scores = await self.score([(query, d) for d in documents], raw_scores=raw_scores, truncate=truncate)
+        return ranked(scores, documents, top_n, return_documents)
+
+    async def classify(self, texts: Any, *, raw_scores: bool = False, truncate: bool = True) -> Any:
+        """Label probabilities like :meth:`Engine.classify`."""
+        single = isinstance(texts, (str, tuple))
+        prepare = partial(self.engine.prepare_requests, "classify", "classify", texts, raw_scores=raw_scores,
+                          truncate=truncate)
+        return await self._submit(prepare, lambda results: results[0] if single else results)
+
+    async def _submit(self, prepare: Callable[[], list], collect: Callable[[list], Any]) -> Any:
+        """Tokenize on the tokenizer thread, queue the requests, await the collected results."""
         if self._closed:
             raise RuntimeError("AsyncEngine is closed")
         loop = asyncio.get_running_loop()
-        requests = await loop.run_in_executor(self._tokenizer_thread, partial(self.engine.prepare_embed, texts,
-                                                                             **options))
-        call = _Call(loop, loop.create_future(), isinstance(texts, str), [None] * len(requests), len(requests),
-                     options.get("output", "dense"))
+        requests = await loop.run_in_executor(self._tokenizer_thread, prepare)
+        call = _Call(loop, loop.create_future(), collect, [None] * len(requests), len(requests))
         call_id = next(self._ids)
         for request in requests:
             request.call_id = call_id
@@ -113,7 +143,7 @@ class AsyncEngine:
             call.remaining -= 1
             if call.remaining == 0:
                 del self._calls[request.call_id]
-                result = collect_embeddings(call.results, call.output, single=call.single)
+                result = call.collect(call.results)
                 call.loop.call_soon_threadsafe(_resolve, call.future, result, None)
 
     def _fail(self, call_id: int, error: BaseException) -> None:

@@ -121,9 +121,13 @@ def inspect(model: str | None, task, device, dtype, attention_backend, as_json: 
     if as_json:
         emit_json(info)
         return
-    for key in ("model", "path", "found_by", "architecture", "task", "workflow", "model_class",
-                "device", "dtype", "pooling", "normalize", "max_model_len", "max_num_batched_tokens", "causal"):
+    shown = ("model", "path", "found_by", "architecture", "task", "workflow", "model_class",
+             "device", "dtype", "pooling", "normalize", "max_model_len", "max_num_batched_tokens", "causal")
+    for key in shown:
         why = info["reasons"].get(key, "")
         click.echo(f"{key:>14}: {info[key]}" + (f"   ({why})" if why else ""))
+    for key, why in info["reasons"].items():  # what plugins decided beyond the core's settings
+        if key not in shown and key not in STAGES:
+            click.echo(f"{key:>14}: {why}")
     print_table([{"stage": s, **info["stages"][s], "why": info["reasons"].get(s, "")} for s in STAGES],
                 ["stage", "component", "provider", "why"])

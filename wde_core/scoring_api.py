@@ -35,21 +35,11 @@ class ScoringTasks:
         Ties keep input order; ``top_n`` keeps the best N; an empty ``documents`` list gives ``[]``.
         """
         self._require_task("rerank", "rerank")
-        if not isinstance(query, str):
-            raise TypeError(f"query: expected a str, got {type(query).__name__}")
-        if isinstance(documents, str) or not isinstance(documents, Sequence):
-            raise TypeError(f"documents: expected a list of str, got {type(documents).__name__}")
-        if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
-            raise ValueError(f"top_n={top_n!r}: expected a positive integer or None")
+        check_rerank_arguments(query, documents, top_n)
         if len(documents) == 0:
             return []
         scores = self.score([(query, d) for d in documents], raw_scores=raw_scores, truncate=truncate)
-        order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[:top_n]
-        results = [{"index": i, "score": float(scores[i])} for i in order]
-        if return_documents:
-            for result in results:
-                result["document"] = documents[result["index"]]
-        return results
+        return ranked(scores, documents, top_n, return_documents)
 
     def classify(self, texts: str | Sequence[Any], *, raw_scores: bool = False,
                  truncate: bool = True) -> list[dict[str, float]] | dict[str, float]:
@@ -68,3 +58,23 @@ class ScoringTasks:
         requests = self.input_processor.process(inputs, options=ScoreOptions(raw_scores=bool(raw_scores)))
         self.tokenizer.tokenize(requests, truncate=truncate)
         return requests
+
+
+def check_rerank_arguments(query: Any, documents: Any, top_n: Any) -> None:
+    """Refuse a non-str query, documents that are not a list, and a ``top_n`` that is not positive."""
+    if not isinstance(query, str):
+        raise TypeError(f"query: expected a str, got {type(query).__name__}")
+    if isinstance(documents, str) or not isinstance(documents, Sequence):
+        raise TypeError(f"documents: expected a list of str, got {type(documents).__name__}")
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
+        raise ValueError(f"top_n={top_n!r}: expected a positive integer or None")
+
+
+def ranked(scores: np.ndarray, documents: Sequence[str], top_n: int | None, return_documents: bool) -> list[dict]:
+    """``{"index", "score"[, "document"]}`` for the best ``top_n`` documents, ties in input order."""
+    order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[:top_n]
+    results = [{"index": i, "score": float(scores[i])} for i in order]
+    if return_documents:
+        for result in results:
+            result["document"] = documents[result["index"]]
+    return results
