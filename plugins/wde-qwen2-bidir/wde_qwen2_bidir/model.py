@@ -60,9 +60,9 @@ class DecoderAttention(nn.Module):
     def forward(self, x, cos, sin, attn_metadata, residual) -> torch.Tensor:
         """``residual + o_proj(attention(x))`` over the packed tokens."""
         tokens = x.shape[0]
-        q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
-        q = rotate(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
-        k = rotate(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        qk, v = self.qkv_proj(x).split((self.q_size + self.kv_size, self.kv_size), dim=-1)
+        qk = rotate(qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)  # q and k at once
+        q, k = qk.split((self.num_heads, self.num_kv_heads), dim=1)
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         attended = self.attention.forward(q, k, v, attn_metadata)
         return self.o_proj(attended.reshape(tokens, self.q_size), residual=residual)
