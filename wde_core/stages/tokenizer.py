@@ -48,11 +48,16 @@ class HFTokenizer:
                 )
 
     def set_prompt_lengths(self, requests: list[Request]) -> None:
-        """Record how many leading tokens belong to the prompt (excluded from pooling)."""
+        """Record how many leading tokens belong to the prompt (excluded from pooling).
+
+        As sentence-transformers counts it: the prompt's own token count, less a trailing special
+        token (``[SEP]``, ``</s>``, EOS) the tokenizer adds.
+        """
         lengths: dict[str, int] = {}
+        special = set(self.tokenizer.all_special_ids)
         for request in requests:
             if request.prompt:
                 if request.prompt not in lengths:
                     ids = self.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
-                    lengths[request.prompt] = len(ids) - 1
+                    lengths[request.prompt] = len(ids) - (1 if ids and ids[-1] in special else 0)
                 request.prompt_len = min(lengths[request.prompt], request.num_tokens - 1)

@@ -54,20 +54,6 @@ class EosAppendingTokenizer(HFTokenizer):
         if not self.include_prompt:
             self.set_prompt_lengths(requests)
 
-    def set_prompt_lengths(self, requests: list[Request]) -> None:
-        """Record how many leading tokens belong to the prompt (excluded from pooling): the leading run
-        of tokens that end within the prompt text, so a token spanning the boundary stays pooled."""
-        prompted = [r for r in requests if r.prompt]
-        if not prompted:
-            return
-        offsets = self.tokenizer([r.text for r in prompted], add_special_tokens=True, return_offsets_mapping=True,
-                                 verbose=False)["offset_mapping"]
-        for request, spans in zip(prompted, offsets):
-            inside = 0
-            while inside < len(spans) and spans[inside][1] <= len(request.prompt):
-                inside += 1
-            request.prompt_len = min(inside, request.num_tokens - 1)
-
     def _appends_eos_itself(self) -> bool:
         """Whether the tokenizer's own special tokens already end a text with EOS."""
         full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
