@@ -13,26 +13,31 @@ _S = "wde_core.stages"
 
 @hookimpl
 def wde_register_input_processors(register):
+    """The text input processor of the embed task."""
     register("text", f"{_S}.input_processor:TextInputProcessor", "str or list of str, prompts applied")
 
 
 @hookimpl
 def wde_register_tokenizers(register):
+    """The model directory's fast HF tokenizer."""
     register("hf-fast", f"{_S}.tokenizer:HFTokenizer", "the model directory's fast tokenizer")
 
 
 @hookimpl
 def wde_register_schedulers(register):
+    """The token-budget scheduler."""
     register("token-budget", f"{_S}.scheduler:TokenBudgetScheduler", "FCFS under a token and sequence budget")
 
 
 @hookimpl
 def wde_register_model_input_builders(register):
+    """The flat, padding-free batch builder."""
     register("flat", f"{_S}.model_input:FlatBatchBuilder", "packed, padding-free batch with cu_seqlens")
 
 
 @hookimpl
 def wde_register_attention_backends(register):
+    """torch SDPA, eager (the reference) and flash-attn."""
     register("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention", "torch SDPA, CPU and GPU")
     register("eager", "wde_core.attention.eager:EagerAttention", "matmul + softmax, the reference")
     register("flash_attn", "wde_core.attention.flash:FlashAttention", "flash_attn_varlen_func, CUDA only")
@@ -40,6 +45,7 @@ def wde_register_attention_backends(register):
 
 @hookimpl
 def wde_register_executors(register):
+    """Synchronous, pipelined and data-parallel executors."""
     register("sync", f"{_S}.executor:SyncExecutor", "runs each batch on the calling thread")
     register("pipelined", f"{_S}.executor:PipelinedExecutor", "a worker thread, 2 batches in flight")
     register("data_parallel", f"{_S}.data_parallel:DataParallelExecutor", "replicas in worker processes")
@@ -47,21 +53,25 @@ def wde_register_executors(register):
 
 @hookimpl
 def wde_register_workers(register):
+    """The model worker."""
     register("model", f"{_S}.worker:ModelWorker", "one model replica on one device")
 
 
 @hookimpl
 def wde_register_output_processors(register):
+    """The embedding output processor (pooling, dimensions, normalization)."""
     register("embedding", f"{_S}.output:EmbeddingOutputProcessor", "pooling, dimensions, L2 normalization")
 
 
 @hookimpl
 def wde_register_engine_args(register):
+    """The base engine arguments."""
     register("default", "wde_core.engine_args:EngineArgs", "the arguments every workflow accepts")
 
 
 @hookimpl
 def wde_register_workflows(register):
+    """The embed workflow."""
     register(Workflow(
         name="embed",
         input_processor="text",

@@ -34,6 +34,7 @@ class BertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, input_ids, positions, token_type_ids) -> torch.Tensor:
+        """Embed packed tokens ``[T]`` into ``[T, H]``."""
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)
         if token_type_ids is None:
             x = x + self.token_type_embeddings.weight[0]
@@ -59,6 +60,7 @@ class BertLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
+        """One layer over the packed tokens ``x [T, H]``."""
         tokens = x.shape[0]
         q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
         attended = self.attention.forward(q, k, v, attn_metadata).reshape(tokens, -1)
@@ -82,6 +84,7 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(BertLayer(config, attention) for _ in range(config.num_hidden_layers))
 
     def forward(self, model_input) -> torch.Tensor:
+        """Last hidden states ``[T, H]`` of every packed token."""
         x = self.embeddings(model_input.input_ids, model_input.positions, model_input.token_type_ids)
         for layer in self.layers:
             x = layer(x, model_input.attn_metadata)
