@@ -16,7 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from bench_encode import CORPUS, load_corpus, timed
