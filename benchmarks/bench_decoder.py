@@ -8,9 +8,7 @@ attention) and normalize; sentence-transformers gets Transformer + Pooling(lastt
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bench_encode import CORPUS, load_corpus, timed
+from common import CORPUS, load_corpus, measure, parser, print_ratio, timed
 
 GGUF_TO_HF = CORPUS.parents[1] / "tools" / "gguf_to_hf.py"
 
@@ -48,14 +46,12 @@ def sentence_transformer(path: str, max_len: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default=None, help="an HF decoder directory (default: SmolLM2-135M)")
-    parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-len", type=int, default=256)
-    parser.add_argument("--st-batch-size", type=int, default=32)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--model", default=None, help="an HF decoder directory (default: SmolLM2-135M)")
+    options.add_argument("--n", type=int, default=300)
+    options.add_argument("--max-len", type=int, default=256)
+    options.add_argument("--st-batch-size", type=int, default=32)
+    args = options.parse_args()
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,17 +72,10 @@ def run(path: str, args) -> None:
           f"paragraphs, {tokens} tokens at {args.max_len}; EOS: {engine.pipeline.reasons.get('eos', 'n/a')}; "
           f"threads {torch.get_num_threads()}; fp32")
     engine.encode(texts[:16]), reference.encode(texts[:16])  # warm-up
-    runs, outputs = {"wde": [], "sentence-transformers": []}, {}
-    for r in range(args.rounds):
-        for name, fn in (("wde", lambda: engine.encode(texts)),
-                         ("sentence-transformers", lambda: reference.encode(texts, batch_size=args.st_batch_size))):
-            seconds, outputs[name] = timed(fn)
-            runs[name].append(tokens / seconds)
-            print(f"  round {r + 1} {name:<22} {tokens / seconds:10.0f} tokens/s  ({seconds:.2f} s)")
-    med = {name: statistics.median(v) for name, v in runs.items()}
+    medians, outputs = measure({"wde": timed(lambda: engine.encode(texts)), "sentence-transformers": timed(
+        lambda: reference.encode(texts, batch_size=args.st_batch_size))}, args.rounds, tokens)
     a, b = outputs["wde"], outputs["sentence-transformers"]
-    print(f"median tokens/s: wde {med['wde']:.0f}, sentence-transformers {med['sentence-transformers']:.0f}")
-    print(f"ratio wde / sentence-transformers: {med['wde'] / med['sentence-transformers']:.2f}x")
+    print_ratio(medians, "wde", "sentence-transformers")
     print(f"min cosine wde vs sentence-transformers: {(a * b).sum(1).min():.7f}")
 
 

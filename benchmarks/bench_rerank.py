@@ -8,16 +8,14 @@ Prints pair tokens/s of each engine (median over rounds), the ratio, and the lar
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_encode import CORPUS, timed
+from common import CORPUS, measure, parser, print_ratio, timed
 
 
 def minilm_cross_encoder(directory: Path) -> str:
@@ -42,14 +40,12 @@ def load_pairs(queries: int, docs: int) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--queries", type=int, default=20)
-    parser.add_argument("--docs", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--model", default=None, help="a cross-encoder directory (default: MiniLM + seeded head)")
-    parser.add_argument("--st-batch-size", type=int, default=32)
-    args = parser.parse_args()
+    options = parser(__doc__)
+    options.add_argument("--queries", type=int, default=20)
+    options.add_argument("--docs", type=int, default=50)
+    options.add_argument("--model", default=None, help="a cross-encoder directory (default: MiniLM + seeded head)")
+    options.add_argument("--st-batch-size", type=int, default=32)
+    args = options.parse_args()
     torch.set_num_threads(args.threads)
 
     from sentence_transformers import CrossEncoder
@@ -71,16 +67,9 @@ def run(engine, reference, pairs, args) -> None:
     print(f"model {engine.pipeline.model.name}; {len(pairs)} (title, paragraph) pairs, {tokens} tokens after "
           f"truncation at {engine.pipeline.settings.max_model_len}; threads {torch.get_num_threads()}; fp32")
     engine.score(pairs[:32]), reference.predict(pairs[:32])  # warm-up
-    runs, outputs = {"wde": [], "CrossEncoder": []}, {}
-    for r in range(args.rounds):
-        for name, fn in (("wde", lambda: engine.score(pairs)),
-                         ("CrossEncoder", lambda: reference.predict(pairs, batch_size=args.st_batch_size))):
-            seconds, outputs[name] = timed(fn)
-            runs[name].append(tokens / seconds)
-            print(f"  round {r + 1} {name:<13} {tokens / seconds:10.0f} tokens/s  ({seconds:.2f} s)")
-    med = {name: statistics.median(v) for name, v in runs.items()}
-    print(f"median tokens/s: wde {med['wde']:.0f}, CrossEncoder {med['CrossEncoder']:.0f}")
-    print(f"ratio wde / CrossEncoder: {med['wde'] / med['CrossEncoder']:.2f}x")
+    medians, outputs = measure({"wde": timed(lambda: engine.score(pairs)), "CrossEncoder": timed(
+        lambda: reference.predict(pairs, batch_size=args.st_batch_size))}, args.rounds, tokens)
+    print_ratio(medians, "wde", "CrossEncoder")
     logits = engine.score(pairs, raw_scores=True)
     reference_logits = reference.predict(pairs, batch_size=args.st_batch_size, activation_fn=torch.nn.Identity())
     print(f"max abs difference: scores {np.abs(outputs['wde'] - outputs['CrossEncoder']).max():.2e}, "

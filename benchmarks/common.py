@@ -1,0 +1,57 @@
+"""What the benchmark scripts share: the corpus, the common options, and alternating timed rounds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "wiki-paragraphs.jsonl"
+
+
+def load_corpus(n: int) -> list[str]:
+    """The first ``n`` wiki paragraphs."""
+    with open(CORPUS, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for _, line in zip(range(n), f)]
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with the options every benchmark takes: ``--rounds`` and ``--threads``."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    return parser
+
+
+def timed(fn: Callable[[], Any]) -> Callable[[], tuple[float, Any]]:
+    """A runner for :func:`measure`: calls ``fn`` and returns ``(seconds, output)``."""
+    def run() -> tuple[float, Any]:
+        start = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - start, out
+
+    return run
+
+
+def measure(runners: dict[str, Callable[[], tuple[float, Any]]], rounds: int,
+            tokens: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Run every runner once per round, alternating; return median tokens/s and the last outputs."""
+    speeds: dict[str, list[float]] = {name: [] for name in runners}
+    outputs: dict[str, Any] = {}
+    width = max(len(name) for name in runners) + 1
+    for r in range(rounds):
+        for name, run in runners.items():
+            seconds, outputs[name] = run()
+            speeds[name].append(tokens / seconds)
+            print(f"  round {r + 1} {name:<{width}} {tokens / seconds:10.0f} tokens/s  ({seconds:.2f} s)", flush=True)
+    return {name: statistics.median(v) for name, v in speeds.items()}, outputs
+
+
+def print_ratio(medians: dict[str, float], ours: str, peer: str) -> None:
+    """Print both medians and the ratio ``ours / peer``."""
+    print(f"median tokens/s: {ours} {medians[ours]:.0f}, {peer} {medians[peer]:.0f}")
+    print(f"ratio {ours} / {peer}: {medians[ours] / medians[peer]:.2f}x")
