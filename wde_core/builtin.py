@@ -69,21 +69,26 @@ def wde_register_engine_args(register):
     register("default", "wde_core.engine_args:EngineArgs", "the arguments every workflow accepts")
 
 
+# The core's embed workflow. A plugin whose workflow differs in a stage or two derives it:
+# dataclasses.replace(EMBED_WORKFLOW, name="bge-m3", output_processor="bge-m3", description=...).
+EMBED_WORKFLOW = Workflow(
+    name="embed",
+    input_processor="text",
+    tokenizer="hf-fast",
+    scheduler="token-budget",
+    model_input_builder="flat",
+    executor="sync",
+    worker="model",
+    output_processor="embedding",
+    engine_args="default",
+    description="texts -> pooled, optionally normalized embeddings",
+)
+
+
 @hookimpl
 def wde_register_workflows(register):
     """The embed workflow."""
-    register(Workflow(
-        name="embed",
-        input_processor="text",
-        tokenizer="hf-fast",
-        scheduler="token-budget",
-        model_input_builder="flat",
-        executor="sync",
-        worker="model",
-        output_processor="embedding",
-        engine_args="default",
-        description="texts -> pooled, optionally normalized embeddings",
-    ))
+    register(EMBED_WORKFLOW)
 
 
 @hookimpl(trylast=True)

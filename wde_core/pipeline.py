@@ -57,11 +57,21 @@ class Pipeline:
     settings: ModelSettings
     reasons: dict[str, str]
     host: PluginHost
+    _tokenizer: Any = field(default=None, repr=False, compare=False)
 
     @property
     def task(self) -> str:
         """The task the model is served for (``embed``, ``rerank``, ...)."""
         return self.link.task
+
+    def hf_tokenizer(self):
+        """The model directory's fast HF tokenizer, loaded once: the tokenizer stage and any component
+        that needs its special tokens share it."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model.path), use_fast=True)
+        return self._tokenizer
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description of every decision, as ``wde inspect`` prints it."""

@@ -107,6 +107,11 @@ class ArchitectureLink:
     provider: str = ""
 
     @property
+    def targets(self) -> list[str]:
+        """The import paths this link names: its model class, and its matcher and configure step if set."""
+        return [t for t in (self.model, self.matches, self.configure) if t is not None]
+
+    @property
     def key(self) -> tuple[str, str, str]:
         """``(architecture, task, variant)``: unique among the registered links."""
         return self.architecture, self.task, self.variant
@@ -190,9 +195,8 @@ class Registry:
         def register(link: ArchitectureLink) -> None:
             if not isinstance(link, ArchitectureLink):
                 raise RegistrationError(f"expected a wde_core.ArchitectureLink, got {type(link).__name__}")
-            for target in (link.model, link.matches, link.configure):
-                if target is not None:
-                    _check_target(target)
+            for target in link.targets:
+                _check_target(target)
             if bool(link.matches) != bool(link.variant):
                 raise RegistrationError(f"architecture {link.architecture!r}: a link with `matches` needs a "
                                         "`variant` name, and a variant needs `matches`")
@@ -253,8 +257,7 @@ class Registry:
     def check_imports(self) -> list[Problem]:
         """Import every registered target; return a problem for each that fails."""
         entries = [(c.provider, c.target) for stage in self.components.values() for c in stage.values()]
-        entries += [(link.provider, target) for link in self.links.values()
-                    for target in (link.model, link.matches, link.configure) if target is not None]
+        entries += [(link.provider, target) for link in self.links.values() for target in link.targets]
         entries += [(s.provider, s.resolver) for s in self.model_sources.values()]
         found = []
         for provider, target in entries:

@@ -41,12 +41,19 @@ class ModelInput:
         return move_to(self, device)
 
 
-def move_to(obj: Any, device: torch.device) -> Any:
-    """Move the tensors of a dataclass (recursively) to ``device``."""
+def move_to(obj: Any, device: torch.device | str, *, non_blocking: bool = True) -> Any:
+    """Move the tensors of a dataclass or dict (recursively) to ``device``.
+
+    Copies to the device are non-blocking; pass ``non_blocking=False`` for results copied back to
+    the CPU, which must be complete when read.
+    """
     if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
+        return obj.to(device, non_blocking=non_blocking)
+    if isinstance(obj, dict):
+        return {key: move_to(value, device, non_blocking=non_blocking) for key, value in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: move_to(getattr(obj, f.name), device) for f in dataclasses.fields(obj)}
+        changes = {f.name: move_to(getattr(obj, f.name), device, non_blocking=non_blocking)
+                   for f in dataclasses.fields(obj)}
         return dataclasses.replace(obj, **changes)
     return obj
 

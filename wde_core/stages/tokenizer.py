@@ -9,9 +9,7 @@ class HFTokenizer:
     """Tokenizes with the model's fast tokenizer; truncates to ``max_model_len`` or refuses."""
 
     def __init__(self, pipeline) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(pipeline.model.path), use_fast=True)
+        self.tokenizer = pipeline.hf_tokenizer()
         if not self.tokenizer.is_fast:
             raise ValueError(f"model {pipeline.model.name!r}: wde needs a fast tokenizer (tokenizer.json)")
         self.max_len = pipeline.settings.max_model_len

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from wde_core.registry import import_target
-from wde_core.stages.model_input import ModelInput
+from wde_core.stages.model_input import ModelInput, move_to
 from wde_core.stages.weights import iter_checkpoint, load_weights
 
 
@@ -41,10 +41,4 @@ class ModelWorker:
         """Run one batch; return the pooled outputs (a tensor, or a dict of them) on the CPU."""
         model_input = model_input.to(self.device)
         hidden = self.model(model_input)
-        return _to_cpu(self.pooler(hidden, model_input))
-
-
-def _to_cpu(outputs):
-    if isinstance(outputs, dict):
-        return {name: _to_cpu(value) for name, value in outputs.items()}
-    return outputs.to("cpu")
+        return move_to(self.pooler(hidden, model_input), "cpu", non_blocking=False)

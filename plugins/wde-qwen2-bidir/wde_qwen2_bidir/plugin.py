@@ -3,7 +3,10 @@ architectures (Qwen2, Llama, Mistral; base models and ``*ForCausalLM`` checkpoin
 
 from __future__ import annotations
 
-from wde_core import ArchitectureLink, Workflow, hookimpl
+from dataclasses import replace
+
+from wde_core import ArchitectureLink, hookimpl
+from wde_core.builtin import EMBED_WORKFLOW
 
 WORKFLOW = "decoder-embed"
 MODEL = "wde_qwen2_bidir.model:DecoderEmbedder"
@@ -37,18 +40,8 @@ def wde_register_tokenizers(register):
 @hookimpl
 def wde_register_workflows(register):
     """The core's embed workflow with the decoder's tokenizer and engine arguments."""
-    register(Workflow(
-        name=WORKFLOW,
-        input_processor="text",
-        tokenizer="hf-fast-eos",
-        scheduler="token-budget",
-        model_input_builder="flat",
-        executor="sync",
-        worker="model",
-        output_processor="embedding",
-        engine_args="decoder",
-        description="texts -> decoder last hidden states -> pooled (last token by default) embeddings",
-    ))
+    register(replace(EMBED_WORKFLOW, name=WORKFLOW, tokenizer="hf-fast-eos", engine_args="decoder",
+                     description="texts -> decoder last hidden states -> pooled (last token by default) embeddings"))
 
 
 @hookimpl

@@ -7,12 +7,8 @@ from torch import nn
 
 from wde_bert.model import BertEncoder
 from wde_core.layers import Linear
+from wde_core.stages.pooling import pool_cls
 from wde_xlm_roberta.model import XLMRobertaEncoder
-
-
-def first_tokens(hidden: torch.Tensor, model_input) -> torch.Tensor:
-    """The first token state of each packed sequence."""
-    return hidden.index_select(0, model_input.cu_seqlens[:-1].long())
 
 
 class BertCrossEncoder(BertEncoder):
@@ -28,7 +24,7 @@ class BertCrossEncoder(BertEncoder):
 
     def forward(self, model_input) -> torch.Tensor:
         """Logits of every sequence in the packed batch."""
-        cls = first_tokens(super().forward(model_input), model_input)
+        cls = pool_cls(super().forward(model_input), model_input)
         return self.classifier(torch.tanh(self.pooler.dense(cls)))
 
 
@@ -45,5 +41,5 @@ class XLMRobertaCrossEncoder(XLMRobertaEncoder):
 
     def forward(self, model_input) -> torch.Tensor:
         """Logits of every sequence in the packed batch."""
-        cls = first_tokens(super().forward(model_input), model_input)
+        cls = pool_cls(super().forward(model_input), model_input)
         return self.classifier.out_proj(torch.tanh(self.classifier.dense(cls)))

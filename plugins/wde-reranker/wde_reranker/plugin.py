@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from wde_core import ArchitectureLink, Workflow, hookimpl
+from dataclasses import replace
+
+from wde_core import ArchitectureLink, hookimpl
+from wde_core.builtin import EMBED_WORKFLOW
 
 _P = "wde_reranker"
 MODELS = {
@@ -52,11 +55,8 @@ def wde_register_workflows(register):
     """``rerank`` and ``classify``: the core's scheduler, builder, executor and worker."""
     for name, output, what in (("rerank", "score", "(query, document) pairs -> relevance scores"),
                                ("classify", "labels", "texts or pairs -> label probabilities")):
-        register(Workflow(
-            name=name, input_processor="cross-encoder", tokenizer="hf-pair", scheduler="token-budget",
-            model_input_builder="flat", executor="sync", worker="model", output_processor=output,
-            engine_args="default", description=what,
-        ))
+        register(replace(EMBED_WORKFLOW, name=name, input_processor="cross-encoder", tokenizer="hf-pair",
+                         output_processor=output, description=what))
 
 
 @hookimpl

@@ -26,9 +26,7 @@ class BgeM3OutputProcessor(EmbeddingOutputProcessor):
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(str(pipeline.model.path))
+        tokenizer = pipeline.hf_tokenizer()
         special = (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id)
         self.unused_tokens = np.array([t for t in special if t is not None], dtype=np.int64)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from wde_core import ArchitectureLink, Workflow, hookimpl
+from dataclasses import replace
+
+from wde_core import ArchitectureLink, hookimpl
+from wde_core.builtin import EMBED_WORKFLOW
 from wde_xlm_roberta.model import PADDING_IDX
 
 DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX + 1}
@@ -35,8 +38,5 @@ def wde_register_output_processors(register):
 @hookimpl
 def wde_register_workflows(register):
     """The embed workflow with bge-m3's output processor."""
-    register(Workflow(
-        name="bge-m3", input_processor="text", tokenizer="hf-fast", scheduler="token-budget",
-        model_input_builder="flat", executor="sync", worker="model", output_processor="bge-m3",
-        engine_args="default", description="texts -> dense, sparse and ColBERT embeddings (output=...)",
-    ))
+    register(replace(EMBED_WORKFLOW, name="bge-m3", output_processor="bge-m3",
+                     description="texts -> dense, sparse and ColBERT embeddings (output=...)"))
