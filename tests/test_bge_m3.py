@@ -132,7 +132,7 @@ def test_each_output_alone_and_single_strings(engine, reference):
 
 
 def test_heads_run_only_when_a_batch_asks(engine):
-    requests = engine.prepare_embed(TEXTS[:2], output="sparse")
+    requests = engine.prepare("encode", TEXTS[:2], output="sparse").requests
     model_input = engine.builder.build(requests)
     with torch.inference_mode():
         heads = engine.executor.worker.model(model_input)

@@ -63,11 +63,12 @@ def clean_error(result, exit_code: int = 1) -> str:
 def test_list_workflows_table(wde):
     out = ok(wde("list-workflows")).stdout
     assert "workflow embed  (from wde-core)  texts -> pooled, optionally normalized embeddings" in out
-    assert f"architectures: {', '.join(a + '[embed]' for a in BERT_ARCHS)}" in out
     rows = {tuple(line.split()) for line in out.splitlines()}
+    assert {(a, "embed", "wde-bert") for a in BERT_ARCHS} <= rows  # who linked each architecture
     assert {("input_processor", "text", "wde-core"), ("scheduler", "token-budget", "wde-core"),
             ("attention_backend", "(auto)"), ("scheduler", "shortest-first", "wde-example")} <= rows
-    assert "architectures: ExampleBagOfEmbeddings[embed]" in out
+    assert ("ExampleBagOfEmbeddings", "embed", "wde-example") in rows
+    assert ("XLMRobertaModel", "embed", "bge-m3", "wde-xlm-roberta") in rows
 
 
 def test_list_workflows_json(wde):
@@ -93,7 +94,7 @@ def test_plugins_json_and_table(wde):
     assert rows["wde-core"]["hooks"] == [
         "wde_register_attention_backends", "wde_register_commands", "wde_register_engine_args",
         "wde_register_executors", "wde_register_input_processors", "wde_register_model_input_builders",
-        "wde_register_output_processors", "wde_register_schedulers", "wde_register_tokenizers",
+        "wde_register_output_processors", "wde_register_schedulers", "wde_register_tasks", "wde_register_tokenizers",
         "wde_register_workers", "wde_register_workflows", "wde_select_attention_backend"]
     table = ok(wde("plugins")).stdout.splitlines()
     assert table[0].split() == ["NAME", "DISTRIBUTION", "VERSION", "HOOKS"]

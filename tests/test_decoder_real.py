@@ -110,7 +110,7 @@ def test_real_weights_match_hf(request, family):
             engine = Engine(str(directory), device="cpu", max_model_len=MAX_LEN, normalize=False,
                             enable_bidirectional=bidirectional)
             assert engine.pipeline.settings.causal is not bidirectional
-            token_lists = [r.token_ids for r in engine.prepare_embed(texts)]
+            token_lists = [r.token_ids for r in engine.prepare("encode", texts).requests]
             assert len(token_lists) >= 50 and max(map(len, token_lists)) == MAX_LEN
             ours = engine.encode(texts)
             del engine

@@ -41,23 +41,23 @@ def reference_ids(directory, text: str) -> list[int]:
 
 
 def test_eos_is_appended_when_the_tokenizer_config_asks(eos_dir, eos_engine):
-    requests = eos_engine.prepare_embed(TEXTS)
+    requests = eos_engine.prepare("encode", TEXTS).requests
     assert [r.token_ids for r in requests] == [reference_ids(eos_dir, t) for t in TEXTS]
     assert "add_eos_token=true" in eos_engine.pipeline.reasons["eos"]
 
 
 def test_truncation_keeps_room_for_eos(eos_dir):
     engine = Engine(str(eos_dir), device="cpu", max_model_len=16)
-    (request,) = engine.prepare_embed([LONG])
+    (request,) = engine.prepare("encode", [LONG]).requests
     full = reference_ids(eos_dir, LONG)
     assert len(request.token_ids) == 16 and request.token_ids == full[:15] + full[-1:]
     with pytest.raises(ValueError, match="more than max_model_len=16"):
-        engine.prepare_embed([LONG], truncate=False)
+        engine.prepare("encode", [LONG], truncate=False).requests
 
 
 def test_no_eos_without_the_config_flag(tmp_path):
     directory = save_random_decoder(tmp_path / "plain", "llama", num_hidden_layers=1)
-    (request,) = Engine(str(directory), device="cpu").prepare_embed(["no end of sequence here"])
+    (request,) = Engine(str(directory), device="cpu").prepare("encode", ["no end of sequence here"]).requests
     assert request.token_ids == AutoTokenizer.from_pretrained(directory)("no end of sequence here")["input_ids"]
 
 
@@ -67,7 +67,7 @@ def test_no_second_eos_when_the_tokenizer_appends_it(tmp_path):
     eos = tokenizer.token_to_id(EOS)
     tokenizer.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", special_tokens=[(EOS, eos)])
     tokenizer.save(str(directory / "tokenizer.json"))
-    (request,) = Engine(str(directory), device="cpu").prepare_embed(["ends with one EOS"])
+    (request,) = Engine(str(directory), device="cpu").prepare("encode", ["ends with one EOS"]).requests
     assert request.token_ids[-1] == eos and request.token_ids[-2] != eos
 
 
@@ -111,7 +111,7 @@ def test_named_prompt_and_mean_pooling_without_the_prompt(tmp_path):
     ours = engine.encode(TEXTS, prompt_name="query")
     assert np.abs(ours - engine.encode(TEXTS, prompt=instruction)).max() <= 1e-6
     prompt_len = len(AutoTokenizer.from_pretrained(directory)(instruction)["input_ids"])
-    assert [r.prompt_len for r in engine.prepare_embed(TEXTS, prompt_name="query")] == [prompt_len] * len(TEXTS)
+    assert [r.prompt_len for r in engine.prepare("encode", TEXTS, prompt_name="query").requests] == [prompt_len] * len(TEXTS)
     reference = load_reference(directory)
     expected = [hf_states(reference, reference_ids(directory, instruction + t), bidirectional=True)[prompt_len:]
                 .mean(0) for t in TEXTS]

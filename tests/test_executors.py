@@ -58,7 +58,7 @@ def test_a_replica_that_dies_fails_its_batches_and_the_others_carry_on(dp_engine
     executor = dp_engine.executor
     victim = executor.replicas[0]
     os.kill(victim.process.pid, signal.SIGSTOP)  # hold the batch inside the replica
-    requests = dp_engine.prepare_embed(["held by the victim"])
+    requests = dp_engine.prepare("encode", ["held by the victim"]).requests
     future = executor.submit(dp_engine.builder.build(requests))
     assert victim.pending
     os.kill(victim.process.pid, signal.SIGKILL)

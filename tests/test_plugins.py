@@ -289,6 +289,17 @@ def test_core_alone_names_the_missing_plugin(monkeypatch, register_plugin, tiny_
     message = str(info.value)
     assert "no installed plugin serves architecture BertModel" in message
     assert "Installed plugins: wde-core." in message
+    assert "Installed but left out by WDE_PLUGINS='': wde-bert, wde-example," in message
+    assert message.endswith("wde-bert would serve it: add its entry point to WDE_PLUGINS.")
+
+
+def test_a_missing_plugin_is_named_with_its_install_command(register_plugin, tiny_bert_dir):
+    host = register_plugin(use_entry_points=False)
+    assert set(host.plugins) == {"wde-core"} and not host.filtered_out
+    with pytest.raises(NoWorkflowError) as info:
+        assemble_pipeline(str(tiny_bert_dir))
+    message = str(info.value)
+    assert "Installed plugins: wde-core." in message and "left out" not in message
     assert message.endswith("Install the plugin that serves it: pip install wde-bert")
 
 

@@ -121,7 +121,7 @@ def test_long_documents_are_cut_never_the_query(bert_ce):
     engine = Engine(str(bert_ce), device="cpu")
     max_len = engine.pipeline.settings.max_model_len
     long_doc = "lorem ipsum " * 300
-    requests = engine.prepare_requests("rerank", "score", [(QUERY, long_doc)], raw_scores=False, truncate=True)
+    requests = engine.prepare("score", [(QUERY, long_doc)], raw_scores=False, truncate=True).requests
     tokenizer = AutoTokenizer.from_pretrained(bert_ce)
     query_ids = tokenizer(QUERY)["input_ids"]
     assert requests[0].num_tokens == max_len and requests[0].token_ids[: len(query_ids)] == query_ids
@@ -206,7 +206,7 @@ def test_cli_rerank(bert_ce, tmp_path):
     assert [(r["index"], r["document"]) for r in printed] == [(r["index"], r["document"]) for r in expected]
     assert [r["score"] for r in printed] == pytest.approx([r["score"] for r in expected], abs=1e-6)
     inspect = CliRunner().invoke(cli, ["inspect", str(bert_ce)])
-    assert "activation: single logit: sigmoid" in inspect.output and "task: rerank" in inspect.output
+    assert "activation: sigmoid   (single logit: sigmoid" in inspect.output and "task: rerank" in inspect.output
     docs = tmp_path / "docs.jsonl"
     docs.write_text("\n".join(json.dumps({"id": f"d{i}", "text": d}) for i, d in enumerate(DOCS[:3])))
     from_file = json.loads(CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY, "-i", str(docs)]).output)

@@ -15,13 +15,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Sequence
-
-import numpy as np
+from typing import Any, Callable
 
 from wde_core.engine import BatchError, Engine
-from wde_core.outputs import collect_embeddings
-from wde_core.scoring_api import check_rerank_arguments, ranked
+from wde_core.tasks import Call, front_end_method
 
 
 @dataclass
@@ -35,8 +32,8 @@ class _Call:
 
 
 class AsyncEngine:
-    """``await AsyncEngine(model, **engine_args).encode(texts)`` (or ``score``/``rerank``/``classify``)
-    from any number of tasks.
+    """``await AsyncEngine(model, **engine_args).encode(texts)`` from any number of asyncio tasks: the
+    same front-end methods as :class:`Engine` (made from the same task table), as coroutines.
 
     Requests of concurrent calls share batches; a failed batch fails only the calls it served.
     """
@@ -56,43 +53,29 @@ class AsyncEngine:
         """The resolved pipeline of the underlying engine."""
         return self.engine.pipeline
 
-    async def encode(self, texts: str | Sequence[str], **options: Any) -> Any:
-        """Embed ``texts`` like :meth:`Engine.encode` (same keyword options, no progress bar)."""
-        output, single = options.get("output", "dense"), isinstance(texts, str)
-        return await self._submit(partial(self.engine.prepare_embed, texts, **options),
-                                  lambda results: collect_embeddings(results, output, single=single))
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "engine" not in self.__dict__:
+            raise AttributeError(name)
+        prepare = self.engine.front_end(name)  # AttributeError for a name no task serves
+        return front_end_method(name, prepare, self.call, is_async=True)
 
-    async def score(self, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
-                    truncate: bool = True) -> np.ndarray:
-        """Score ``(query, document)`` pairs like :meth:`Engine.score`."""
-        prepare = partial(self.engine.prepare_requests, "rerank", "score", pairs, raw_scores=raw_scores,
-                          truncate=truncate)
-        return await self._submit(prepare, lambda results: np.asarray(results, dtype=np.float32))
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.engine.methods()))
 
-    async def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
-                     return_documents: bool = False, raw_scores: bool = False, truncate: bool = True) -> list[dict]:
-        """Rank ``documents`` against ``query`` like :meth:`Engine.rerank`."""
-        self.engine._require_task("rerank", "rerank")
-        check_rerank_arguments(query, documents, top_n)
-        if len(documents) == 0:
-            return []
-        scores = await self.score([(query, d) for d in documents], raw_scores=raw_scores, truncate=truncate)
-        return ranked(scores, documents, top_n, return_documents)
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run a front-end method by name: prepared on the tokenizer thread, batched with other callers."""
+        return await self._submit(partial(self.engine.prepare, method, *args, **kwargs))
 
-    async def classify(self, texts: Any, *, raw_scores: bool = False, truncate: bool = True) -> Any:
-        """Label probabilities like :meth:`Engine.classify`."""
-        single = isinstance(texts, (str, tuple))
-        prepare = partial(self.engine.prepare_requests, "classify", "classify", texts, raw_scores=raw_scores,
-                          truncate=truncate)
-        return await self._submit(prepare, lambda results: results[0] if single else results)
-
-    async def _submit(self, prepare: Callable[[], list], collect: Callable[[list], Any]) -> Any:
-        """Tokenize on the tokenizer thread, queue the requests, await the collected results."""
+    async def _submit(self, prepare: Callable[[], Call]) -> Any:
+        """Prepare on the tokenizer thread, queue the requests, await the collected results."""
         if self._closed:
             raise RuntimeError("AsyncEngine is closed")
         loop = asyncio.get_running_loop()
-        requests = await loop.run_in_executor(self._tokenizer_thread, prepare)
-        call = _Call(loop, loop.create_future(), collect, [None] * len(requests), len(requests))
+        prepared = await loop.run_in_executor(self._tokenizer_thread, prepare)
+        requests = prepared.requests
+        if not requests:
+            return prepared.collect([])
+        call = _Call(loop, loop.create_future(), prepared.collect, [None] * len(requests), len(requests))
         call_id = next(self._ids)
         for request in requests:
             request.call_id = call_id

@@ -5,8 +5,8 @@ Registered through the same hooks as any third-party plugin; it names no concret
 
 from __future__ import annotations
 
+from wde_core.entries import Task, Workflow
 from wde_core.hookspecs import hookimpl
-from wde_core.registry import Workflow
 
 _S = "wde_core.stages"
 
@@ -59,8 +59,8 @@ def wde_register_workers(register):
 
 @hookimpl
 def wde_register_output_processors(register):
-    """The embedding output processor (pooling, dimensions, normalization)."""
-    register("embedding", f"{_S}.output:EmbeddingOutputProcessor", "pooling, dimensions, L2 normalization")
+    """The embedding output processor (dimensions, normalization; pooling runs in the worker)."""
+    register("embedding", f"{_S}.output:EmbeddingOutputProcessor", "dimensions and L2 normalization; token vectors")
 
 
 @hookimpl
@@ -85,6 +85,27 @@ EMBED_WORKFLOW = Workflow(
 )
 
 
+_T = "wde_core.tasks"
+TASKS = (
+    Task("embed", {"encode": f"{_T}.embed:encode"}, inputs="a str or a list of str",
+         description="pooled (and named) embeddings of texts"),
+    Task("token_embed", {"embed_tokens": f"{_T}.embed:embed_tokens"}, inputs="a str or a list of str",
+         description="every token's last hidden state", served_by=("embed",)),
+    Task("rerank", {"score": f"{_T}.scoring:score", "rerank": f"{_T}.scoring:rerank"},
+         inputs="(query, document) pairs, or a query and a list of documents",
+         description="relevance scores of query-document pairs"),
+    Task("classify", {"classify": f"{_T}.scoring:classify"}, inputs="a str, a (text, text) pair, or a list of them",
+         description="per-label probabilities"),
+)
+
+
+@hookimpl
+def wde_register_tasks(register):
+    """The core's tasks: embed (encode), token_embed (embed_tokens), rerank (score, rerank), classify."""
+    for task in TASKS:
+        register(task)
+
+
 @hookimpl
 def wde_register_workflows(register):
     """The embed workflow."""
@@ -107,9 +128,10 @@ def wde_select_attention_backend(device, dtype, causal):
 
 @hookimpl
 def wde_register_commands(cli):
-    """The core's own commands: list-workflows, plugins, inspect, encode."""
+    """The core's own commands: list-workflows, plugins, inspect, encode, plugin (new)."""
     from wde_core import cli as commands
     from wde_core.cli_encode import encode
+    from wde_core.scaffold import plugin
 
-    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode):
+    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode, plugin):
         cli.add_command(command)

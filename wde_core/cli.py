@@ -92,9 +92,12 @@ def list_workflows(as_json: bool, check: bool) -> None:
         for wf in data:
             click.echo(f"workflow {wf['workflow']}  (from {wf['provider']})  {wf['description']}")
             print_table([{"stage": s, **v} for s, v in wf["stages"].items()], ["stage", "component", "provider"])
-            archs = ", ".join(f"{a['architecture']}[{a['task']}{', ' + a['variant'] if a['variant'] else ''}]"
-                              for a in wf["architectures"]) or "none"
-            click.echo(f"architectures: {archs}\n")
+            if wf["architectures"]:
+                click.echo("linked architectures:")
+                print_table(wf["architectures"], ["architecture", "task", "variant", "provider"])
+            else:
+                click.echo("linked architectures: none")
+            click.echo("")
         print_problems(problems)
     if check and problems:
         sys.exit(1)
@@ -137,13 +140,14 @@ def inspect(model: str | None, task, device, dtype, attention_backend, engine_ar
     if as_json:
         emit_json(info)
         return
-    shown = ("model", "path", "found_by", "architecture", "task", "workflow", "model_class",
-             "device", "dtype", "pooling", "normalize", "max_model_len", "max_num_batched_tokens", "causal")
+    shown = ("model", "path", "found_by", "architecture", "task", "workflow", "model_class", "device", "dtype",
+             "pooling", "normalize", "max_model_len", "max_num_batched_tokens", "causal", "position_offset",
+             "activation", "long_inputs")
     for key in shown:
         why = info["reasons"].get(key, "")
-        click.echo(f"{key:>14}: {info[key]}" + (f"   ({why})" if why else ""))
+        click.echo(f"{key:>22}: {info[key]}" + (f"   ({why})" if why else ""))
     for key, why in info["reasons"].items():  # what plugins decided beyond the core's settings
         if key not in shown and key not in STAGES:
-            click.echo(f"{key:>14}: {why}")
+            click.echo(f"{key:>22}: {why}")
     print_table([{"stage": s, **info["stages"][s], "why": info["reasons"].get(s, "")} for s in STAGES],
                 ["stage", "component", "provider", "why"])

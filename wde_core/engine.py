@@ -1,24 +1,34 @@
-"""The engine: built once from a resolved pipeline, then a loop of plain method calls per batch."""
+"""The engine: built once from a resolved pipeline, then a loop of plain method calls per batch.
+
+Its front-end methods (``encode``, ``embed_tokens``, ``score``, ``rerank``, ``classify`` and any a
+plugin's task adds) are made from the task table (``wde_register_tasks``), not written here.
+"""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable
 
 import torch
 
-from wde_core.outputs import DENSE, check_outputs, collect_embeddings, parse_output
 from wde_core.pipeline import Pipeline, assemble_pipeline
-from wde_core.request import EmbedOptions, Request
-from wde_core.scoring_api import ScoringTasks
+from wde_core.registry import Task, import_target
+from wde_core.request import Request
+from wde_core.stages.worker import worker_factory
+from wde_core.tasks import Call, describe_methods, front_end_method
+
+_PROGRESS = inspect.Parameter("show_progress", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)
 
 
-class Engine(ScoringTasks):
-    """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or ``score``/``rerank``/``classify``).
+class Engine:
+    """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or ``embed_tokens``, ``score``,
+    ``rerank``, ``classify``: every method of the tasks the model serves).
 
-    The pipeline (workflow, components, settings) is resolved and every component built here,
-    once; the per-batch path (schedule, build input, execute, process output) calls no hooks.
+    The pipeline (workflow, components, settings) is resolved and every component built here, once;
+    the per-batch path (schedule, build input, execute, process output) calls no hooks. Every front-end
+    method also takes ``show_progress=True`` to draw a progress bar on stderr.
     """
 
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
@@ -43,42 +53,60 @@ class Engine(ScoringTasks):
         self.scheduler = make["scheduler"](p)
         self.builder = make["model_input_builder"](p, self.attention)
         self.output_processor = make["output_processor"](p)
-        self.executor = make["executor"](p, lambda: make["worker"](p, self.attention, self.output_processor))
+        self.executor = make["executor"](p, worker_factory(p, self.attention))
         self._in_flight: deque = deque()
+        self._prepares: dict[str, Callable] = {}
         p.host.hook.wde_on_pipeline_assembled(pipeline=p)
 
     @property
     def task(self) -> str:
-        """The task this engine serves."""
+        """The task this engine's model is linked for (``embed``, ``rerank``, ...)."""
         return self.pipeline.task
 
-    def encode(self, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
-               prompt: str | None = None, prompt_name: str | None = None, truncate: bool = True,
-               output: str | Sequence[str] = "dense", show_progress: bool = False) -> Any:
-        """Embed ``texts``: a float32 array ``[n, dim]``, or ``[dim]`` for a single string.
+    # -- front ends made from the task table -----------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or "pipeline" not in self.__dict__:
+            raise AttributeError(name)
+        prepare = self.front_end(name)  # AttributeError for a name no task serves
+        return front_end_method(name, prepare, self.call, is_async=False, extra=(_PROGRESS,))
 
-        ``normalize`` and ``dimensions`` override the model's settings (Matryoshka truncation,
-        then renormalization); ``prompt``/``prompt_name`` prepend an instruction; with
-        ``truncate=False`` an input longer than ``max_model_len`` raises ``ValueError``.
-        ``output`` names what to return where the model serves more than the dense vector
-        (bge-m3: ``"sparse"``, ``"colbert"``); a tuple of names returns a dict keyed by them.
-        """
-        requests = self.prepare_embed(texts, normalize=normalize, dimensions=dimensions, prompt=prompt,
-                                      prompt_name=prompt_name, truncate=truncate, output=output)
-        results = self.run(requests, show_progress=show_progress)
-        return collect_embeddings(results, output, single=isinstance(texts, str))
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.methods()))
 
-    def prepare_embed(self, texts, *, normalize=None, dimensions=None, prompt=None, prompt_name=None,
-                      truncate=True, output="dense") -> list[Request]:
-        """Validate and tokenize an ``encode`` call's inputs; raises before any batch runs."""
-        self._require_task("embed", "encode")
-        names, _ = parse_output(output)
-        check_outputs(names, getattr(self.output_processor, "outputs", (DENSE,)), self.pipeline.model.name)
-        options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
-        requests = self.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
-        self.tokenizer.tokenize(requests, truncate=truncate)
-        return requests
+    def methods(self) -> list[str]:
+        """Every front-end method the task table defines (those of other tasks refuse this model)."""
+        return [m for task in self.pipeline.host.registry.tasks.values() for m in task.methods]
 
+    def front_end(self, method: str) -> Callable:
+        """The prepare function behind ``method``; ``AttributeError`` when no task has it."""
+        if method not in self._prepares:
+            task = self._task_of(method)
+            self._prepares[method] = import_target(task.methods[method])
+        return self._prepares[method]
+
+    def prepare(self, method: str, *args: Any, **kwargs: Any) -> Call:
+        """Validate and tokenize a front-end call (``TypeError`` for a task this model does not serve);
+        raises before any batch runs."""
+        task = self._task_of(method)
+        if self.task not in task.link_tasks:
+            registry = self.pipeline.host.registry
+            raise TypeError(f"{method}() serves the {task.name!r} task, but model {self.pipeline.model.name!r} is "
+                            f"served for the {self.task!r} task; use {describe_methods(registry, self.task)}")
+        return self.front_end(method)(self, *args, **kwargs)
+
+    def call(self, method: str, *args: Any, show_progress: bool = False, **kwargs: Any) -> Any:
+        """Run a front-end method by name: prepare, run its requests, collect the results."""
+        prepared = self.prepare(method, *args, **kwargs)
+        return prepared.collect(self.run(prepared.requests, show_progress=show_progress))
+
+    def _task_of(self, method: str) -> Task:
+        task = self.pipeline.host.registry.method_owner(method)
+        if task is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {method!r} (no registered "
+                                 f"task has a method of that name; methods: {', '.join(self.methods())})")
+        return task
+
+    # -- the loop -----------------------------------------------------------------------------------
     def run(self, requests: list[Request], *, show_progress: bool = False) -> list[Any]:
         """Schedule tokenized requests and return their outputs in input order."""
         results: list[Any] = [None] * len(requests)
@@ -123,13 +151,6 @@ class Engine(ScoringTasks):
             _, future = self._in_flight.popleft()
             future.exception()
 
-    def _require_task(self, task: str, method: str) -> None:
-        if self.task != task:
-            methods = {"embed": "encode()", "rerank": "score() and rerank()", "classify": "classify()"}
-            use = f"; use {methods[self.task]}" if self.task in methods else ""
-            raise TypeError(f"{method}() serves the {task!r} task, but model {self.pipeline.model.name!r} "
-                            f"is served for the {self.task!r} task{use}")
-
     def close(self) -> None:
         """Release the executor and its workers."""
         self.executor.shutdown()
@@ -162,7 +183,7 @@ class _NoProgress:
 
 
 def _progress(enabled: bool, total: int):
-    if not enabled:
+    if not enabled or total == 0:
         return _NoProgress()
     import click
 

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 POOLINGS = ("cls", "mean", "last", "max")
+LONG_INPUTS = ("truncate", "error", "chunk")
 
 
 @dataclass
@@ -17,6 +18,8 @@ class EngineArgs:
     ``max_num_batched_tokens`` and ``max_num_seqs`` bound each batch the scheduler forms (the token
     budget defaults to 4,096 on CPU, where activations then stay in cache, and 16,384 on CUDA, raised
     to ``max_model_len`` when that is longer); ``dtype="auto"`` is float32 on CPU and float16 on CUDA.
+    ``long_inputs`` is what a call does with an input longer than ``max_model_len`` when it does not
+    say (``truncate=None``): ``truncate`` it, refuse it (``error``), or embed it in ``chunk``s.
     """
 
     model: str | None = None
@@ -34,10 +37,14 @@ class EngineArgs:
     num_threads: int | None = None
     num_replicas: int | None = None
     threads_per_replica: int | None = None
+    long_inputs: str = "truncate"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"engine argument dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
+        if self.long_inputs not in LONG_INPUTS:
+            raise ValueError(f"engine argument long_inputs={self.long_inputs!r}: expected one of "
+                             f"{', '.join(LONG_INPUTS)}")
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise ValueError(f"engine argument pooling={self.pooling!r}: expected one of {', '.join(POOLINGS)}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads", "num_replicas",

@@ -70,7 +70,14 @@ def wde_register_engine_args(register):
     """Register engine-argument classes: dataclasses listing the arguments a workflow accepts."""
 
 
-# --- workflows, architectures, model sources ------------------------------------------------
+# --- tasks, workflows, architectures, model sources ------------------------------------------
+
+
+@hookspec
+def wde_register_tasks(register):
+    """Register tasks with ``register(Task(...))``: a :class:`wde_core.Task` naming the front-end methods
+    (``Engine.encode``, ``AsyncEngine.score``, ...) that serve it and how each call is prepared."""
+
 
 
 @hookspec
@@ -82,7 +89,7 @@ def wde_register_workflows(register):
 @hookspec
 def wde_register_architectures(register):
     """Link HF architectures to workflows with ``register(ArchitectureLink(...))``: the
-    ``(architecture, task)`` pair, the workflow that serves it and the model class to build."""
+    ``(architecture, task)`` pair (a registered task), the workflow that serves it and the model class."""
 
 
 @hookspec

@@ -20,6 +20,8 @@ POOLING_MODES = {
     "pooling_mode_lasttoken": "last",
     "pooling_mode_max_tokens": "max",
 }
+_ST6_POOLING = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+                "max": "pooling_mode_max_tokens", "lasttoken": "pooling_mode_lasttoken"}
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model", "*.pt", "1_Pooling/*"]
 
@@ -129,6 +131,9 @@ def read_sentence_transformer_files(path: Path) -> SentenceTransformerFiles:
 
 def _read_pooling(directory: Path, st: SentenceTransformerFiles) -> None:
     config = _read_json(directory / "config.json") or {}
+    mode = config.get("pooling_mode")  # sentence-transformers >= 6 writes one name instead of flags
+    if isinstance(mode, str):
+        config[_ST6_POOLING.get(mode, f"pooling_mode_{mode}")] = True
     modes = [mode for key, mode in POOLING_MODES.items() if config.get(key)]
     others = [k for k, v in config.items() if k.startswith("pooling_mode_") and v and k not in POOLING_MODES]
     if len(modes) + len(others) > 1 or others:

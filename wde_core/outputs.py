@@ -57,6 +57,18 @@ def _collect_one(values: list[Any], name: str, single: bool) -> Any:
     return values[0] if single else values
 
 
+def finish_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """Matryoshka truncation to the first ``dimensions`` values of the last axis, then L2 normalization
+    when ``normalize``: the one place any output (dense, token, ColBERT, chunk mean) is finished."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if dimensions is not None:
+        vectors = vectors[..., :dimensions]
+    if normalize:
+        norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+        vectors = vectors / np.maximum(norms, 1e-12)  # as torch.nn.functional.normalize
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
 def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
     """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
     stacked = np.stack(outputs).astype(np.float32, copy=False)

@@ -15,8 +15,9 @@ from typing import Any
 import torch
 
 from wde_core.model_files import ModelDirectory, open_model_directory
-from wde_core.plugins import PluginHost, get_plugin_host
-from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow, import_target
+from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host
+from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow
+from wde_core.settings import ModelSettings, decide_model_settings
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
 DEFAULT_MODEL_ENV = "WDE_DEFAULT_MODEL"
@@ -27,20 +28,6 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 class NoWorkflowError(LookupError):
     """No installed plugin serves the model's architecture (for the requested task)."""
-
-
-@dataclass
-class ModelSettings:
-    """What the engine does with the model's outputs and inputs, each with its source."""
-
-    pooling: str
-    normalize: bool
-    max_model_len: int
-    prompts: dict[str, str]
-    default_prompt_name: str | None
-    include_prompt: bool
-    causal: bool
-    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -86,8 +73,9 @@ class Pipeline:
             "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
             "pooling": s.pooling, "normalize": s.normalize, "max_model_len": s.max_model_len,
             "max_num_batched_tokens": self.args.max_num_batched_tokens, "max_num_seqs": self.args.max_num_seqs,
-            "causal": s.causal, "prompts": s.prompts, "default_prompt_name": s.default_prompt_name,
-            "reasons": self.reasons,
+            "causal": s.causal, "position_offset": s.position_offset, "activation": s.activation,
+            "long_inputs": self.args.long_inputs, "prompts": s.prompts, "default_prompt_name": s.default_prompt_name,
+            "include_prompt": s.include_prompt, "extras": s.extras, "reasons": self.reasons,
         }
 
 
@@ -103,7 +91,7 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     args_cls = host.registry.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
     args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
     device, dtype = _device_and_dtype(args, reasons)
-    settings = _model_settings(directory, link, args, reasons)
+    settings = decide_model_settings(directory, link, args, reasons)
     _set_token_budget(args, device, settings.max_model_len, reasons)
     components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
     return Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
@@ -164,10 +152,16 @@ def _no_workflow_message(model: str, archs: list[str], task: str | None, host: P
     if served:
         message += f"; tasks served: {'; '.join(served)}"
     message += f". Installed plugins: {installed}."
+    if host.filtered_out:
+        message += (f" Installed but left out by {ALLOWLIST_ENV}={os.environ.get(ALLOWLIST_ENV, '')!r}: "
+                    f"{', '.join(sorted(host.filtered_out))}.")
     hints = json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
-    installed_dists = {info.distribution for info in host.plugins.values()}
-    wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in installed_dists})
-    if wanted:
+    loaded = {info.distribution for info in host.plugins.values()}
+    wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in loaded})
+    filtered = [d for d in wanted if d in host.filtered_out.values()]
+    if filtered:
+        message += f" {', '.join(filtered)} would serve it: add its entry point to {ALLOWLIST_ENV}."
+    elif wanted:
         message += f" Install the plugin that serves it: pip install {' '.join(wanted)}"
     return message
 
@@ -188,14 +182,6 @@ def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torc
     return device, dtype
 
 
-def _pick(name: str, reasons: dict[str, str], *candidates: tuple[Any, str]) -> Any:
-    for value, why in candidates:
-        if value is not None:
-            reasons[name] = why
-            return value
-    raise ValueError(f"cannot tell the model's {name}; pass it as an engine argument")
-
-
 def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[str, str]) -> None:
     """Default the batch token budget for the device; refuse one that cannot fit a full input."""
     if args.max_num_batched_tokens is None:
@@ -206,33 +192,6 @@ def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[st
     elif max_len > args.max_num_batched_tokens:
         raise ValueError(f"engine argument max_num_batched_tokens={args.max_num_batched_tokens} is below "
                          f"max_model_len={max_len}: a full-length input could never be scheduled")
-
-
-def _model_settings(directory: ModelDirectory, link: ArchitectureLink, args, reasons) -> ModelSettings:
-    st, config, defaults = directory.st, directory.config, dict(link.defaults)
-    if st.unsupported_modules:
-        raise ValueError(f"model {directory.name!r}: unsupported sentence-transformers modules: "
-                         f"{', '.join(st.unsupported_modules)}")
-    pooling = _pick("pooling", reasons, (args.pooling, "engine argument pooling"),
-                    (st.pooling, "1_Pooling/config.json"), (defaults.get("pooling"), f"default of {link.provider}"),
-                    ("cls", "core default"))
-    normalize = _pick("normalize", reasons, (args.normalize, "engine argument normalize"),
-                      (st.normalize, f"modules.json ({'Normalize module' if st.normalize else 'no Normalize'})"),
-                      (defaults.get("normalize"), f"default of {link.provider}"), (False, "core default"))
-    offset = int(defaults.get("position_offset", 0))
-    limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None
-    max_len = _pick("max_model_len", reasons, (args.max_model_len, "engine argument max_model_len"),
-                    (st.max_seq_length, "sentence_bert_config.json"), (limit, "config.json max_position_embeddings"),
-                    (defaults.get("max_model_len"), f"default of {link.provider}"))
-    if limit is not None and max_len > limit:
-        raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
-    causal = bool(defaults.get("causal", False))
-    reasons["causal"] = f"{'causal' if causal else 'bidirectional'} attention: default of {link.provider}"
-    settings = ModelSettings(pooling, normalize, max_len, st.prompts, st.default_prompt_name, st.include_prompt,
-                             causal, defaults)
-    if link.configure is not None:
-        import_target(link.configure)(settings, directory, args, reasons)
-    return settings
 
 
 def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:

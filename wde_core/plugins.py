@@ -1,12 +1,14 @@
 """Loading plugins: the core's built-ins, then every ``wde`` entry point, lazily and once.
 
 Set ``WDE_PLUGINS`` to a comma-separated list of entry-point names to load only those
-(``WDE_PLUGINS=`` loads none besides the core). A plugin that fails to import, or raises while
-registering, is reported by name; the others keep working.
+(``WDE_PLUGINS=`` loads none besides the core). A plugin that fails to import, implements a hook
+name that is not a wde hook (pluggy's ``check_pending``), or raises while registering, is reported
+by name; the others keep working.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ class PluginHost:
         self.registry = Registry()
         self.plugins: dict[str, PluginInfo] = {}
         self.failures: list[Problem] = []
+        self.filtered_out: dict[str, str] = {}  # entry-point name -> distribution, left out by WDE_PLUGINS
         self._loaded = False
         self._command_groups: list = []
 
@@ -85,9 +88,10 @@ class PluginHost:
         for name in sorted((allowed or set()) - {ep.name for ep in entry_points}):
             self._fail(name, f"named in {ALLOWLIST_ENV} but no installed plugin has that entry-point name")
         for ep in entry_points:
-            if allowed is not None and ep.name not in allowed:
-                continue
             dist = ep.dist.name if ep.dist else "?"
+            if allowed is not None and ep.name not in allowed:
+                self.filtered_out[ep.name] = dist
+                continue
             version = ep.dist.version if ep.dist else ""
             try:
                 plugin = ep.load()
@@ -108,9 +112,25 @@ class PluginHost:
             except Exception as exc:  # noqa: BLE001 - pluggy validation errors
                 self._fail(name, f"rejected by the plugin manager: {exc}")
                 return
+            if not self._hooks_known(name, plugin):
+                return
         hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
         info = self.plugins.setdefault(name, PluginInfo(name, dist, version))
         info.hooks = hooks
+
+    def _hooks_known(self, name: str, plugin: Any) -> bool:
+        """pluggy's ``check_pending``: a hook implementation with no wde spec (a misspelt hook name)
+        refuses the whole plugin, reported with the unknown name and the closest wde hook."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self.pm.unregister(plugin)
+            unknown = [n for n in dir(plugin) if n.startswith("wde_") and not hasattr(hookspecs, n)
+                       and self.pm.parse_hookimpl_opts(plugin, n) is not None]
+            hints = [f"{n!r}" + _closest_hook(n) for n in unknown] or [str(exc)]
+            self._fail(name, f"implements unknown hook(s) {', '.join(hints)}; plugin not loaded")
+            return False
+        return True
 
     def _fail(self, plugin: str, message: str) -> None:
         logger.warning("wde plugin %s: %s", plugin, message)
@@ -118,6 +138,7 @@ class PluginHost:
 
     def _collect(self) -> None:
         reg = self.registry
+        self._call_register("wde_register_tasks", reg.task_registrar)
         for stage, hook_name in STAGE_HOOKS.items():
             self._call_register(hook_name, lambda provider, stage=stage: reg.component_registrar(stage, provider))
         self._call_register("wde_register_workflows", reg.workflow_registrar)
@@ -168,6 +189,12 @@ def _guarded(register: Callable, provider: str, hook_name: str, registry: Regist
             registry.problems.append(Problem(provider, f"{hook_name}: {exc}"))
 
     return guarded
+
+
+def _closest_hook(name: str) -> str:
+    specs = [n for n in dir(hookspecs) if n.startswith("wde_")]
+    close = difflib.get_close_matches(name, specs, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _version_of(distribution: str) -> str:

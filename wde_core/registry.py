@@ -1,4 +1,4 @@
-"""What plugins registered: stage components, workflows, architecture links and model sources.
+"""What plugins registered: stage components, workflows, architecture links, model sources and tasks.
 
 Entries hold import paths (``"module:attr"``), so listing never imports a model. Every path is
 checked when registered (its module must be findable) and can be fully imported by ``check()``.
@@ -7,142 +7,22 @@ checked when registered (its module must be findable) and can be fully imported 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-STAGES = (
-    "input_processor",
-    "tokenizer",
-    "scheduler",
-    "model_input_builder",
-    "attention_backend",
-    "executor",
-    "worker",
-    "output_processor",
-    "engine_args",
-)
-WORKFLOW_STAGES = tuple(s for s in STAGES if s != "attention_backend")
+from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, WORKFLOW_STAGES, ArchitectureLink, Component, ModelSource,
+                              Problem, Task, Workflow, import_target)
+
+__all__ = ["STAGES", "WORKFLOW_STAGES", "ArchitectureLink", "Component", "ModelSource", "Problem", "Registry",
+           "RegistrationError", "Task", "Workflow", "import_target"]
+
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_METHOD = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class RegistrationError(ValueError):
     """A registration a plugin attempted was refused."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A plugin that failed to load or a registration that was refused, with the plugin's name."""
-
-    plugin: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.plugin}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Component:
-    """One implementation of an engine stage, known by name and import path."""
-
-    stage: str
-    name: str
-    target: str
-    description: str = ""
-    provider: str = ""
-
-    def load(self) -> Any:
-        """Import and return the object behind ``target``."""
-        return import_target(self.target)
-
-
-@dataclass(frozen=True)
-class Workflow:
-    """A named choice of one component per engine stage.
-
-    ``attention_backend`` is normally ``None``: the engine picks one for the device and dtype.
-    """
-
-    name: str
-    input_processor: str
-    tokenizer: str
-    scheduler: str
-    model_input_builder: str
-    executor: str
-    worker: str
-    output_processor: str
-    engine_args: str
-    attention_backend: str | None = None
-    description: str = ""
-    provider: str = ""
-
-    def stages(self) -> dict[str, str | None]:
-        """Map each stage to the component this workflow names for it."""
-        return {stage: getattr(self, stage) for stage in STAGES}
-
-
-@dataclass(frozen=True)
-class ArchitectureLink:
-    """Links an HF architecture and task to a workflow and the model class that implements it.
-
-    ``defaults`` holds what the model family implies when the model directory is silent, such as
-    ``{"pooling": "cls", "normalize": False}``. ``matches`` (``"module:function"``, with a
-    ``variant`` name) makes the link apply only to directories for which ``function(directory)``
-    returns a reason string (for example bge-m3's extra head files); a matching variant wins over the
-    plain link. ``configure`` (``"module:function"``) is called as ``function(settings, directory,
-    args, reasons)`` after the core decided the model settings, to refine them.
-    """
-
-    architecture: str
-    task: str
-    workflow: str
-    model: str
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    description: str = ""
-    variant: str = ""
-    matches: str | None = None
-    configure: str | None = None
-    provider: str = ""
-
-    @property
-    def targets(self) -> list[str]:
-        """The import paths this link names: its model class, and its matcher and configure step if set."""
-        return [t for t in (self.model, self.matches, self.configure) if t is not None]
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        """``(architecture, task, variant)``: unique among the registered links."""
-        return self.architecture, self.task, self.variant
-
-    def match(self, directory) -> str | None:
-        """The reason this link applies to ``directory``, ``""`` for a plain link, ``None`` if not."""
-        if self.matches is None:
-            return ""
-        return import_target(self.matches)(directory) or None
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A local copy of a hub model (for example one shipped inside a PyPI package)."""
-
-    model_id: str
-    resolver: str
-    provider: str = ""
-
-    def resolve(self):
-        """Return the model directory, or ``None`` when the copy is not installed."""
-        return import_target(self.resolver)()
-
-
-def import_target(target: str) -> Any:
-    """Import ``"package.module:attr.sub"`` and return the attribute."""
-    module_name, _, attr_path = target.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attr_path.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _check_target(target: str) -> None:
@@ -165,6 +45,7 @@ class Registry:
         self.workflows: dict[str, Workflow] = {}
         self.links: dict[tuple[str, str, str], ArchitectureLink] = {}
         self.model_sources: dict[str, ModelSource] = {}
+        self.tasks: dict[str, Task] = {}
         self.problems: list[Problem] = []
 
     # -- registration callbacks handed to plugins -------------------------------------------
@@ -200,6 +81,13 @@ class Registry:
             if bool(link.matches) != bool(link.variant):
                 raise RegistrationError(f"architecture {link.architecture!r}: a link with `matches` needs a "
                                         "`variant` name, and a variant needs `matches`")
+            if link.task not in self.tasks:
+                raise RegistrationError(f"architecture {link.architecture!r}: unknown task {link.task!r}; "
+                                        f"registered tasks: {', '.join(sorted(self.tasks)) or 'none'}")
+            unknown = sorted(set(link.defaults) - set(LINK_DEFAULT_KEYS))
+            if unknown:
+                raise RegistrationError(f"architecture {link.architecture!r}: unknown defaults key(s) "
+                                        f"{', '.join(unknown)}; known: {', '.join(LINK_DEFAULT_KEYS)}")
             entry = dataclasses.replace(link, provider=provider)
             variant = f" (variant {link.variant!r})" if link.variant else ""
             what = f"architecture {link.architecture!r} for task {link.task!r}{variant}"
@@ -214,6 +102,28 @@ class Registry:
             _check_target(resolver)
             entry = ModelSource(model_id, resolver, provider)
             self._add(self.model_sources, model_id, entry, f"model source {model_id!r}")
+
+        return register
+
+    def task_registrar(self, provider: str) -> Callable[[Task], None]:
+        """Return the ``register(task)`` callback; a method name already served by another task is refused."""
+
+        def register(task: Task) -> None:
+            if not isinstance(task, Task):
+                raise RegistrationError(f"expected a wde_core.Task, got {type(task).__name__}")
+            if not task.methods:
+                raise RegistrationError(f"task {task.name!r} names no front-end method")
+            for method, target in task.methods.items():
+                if not _METHOD.match(method) or method.startswith(("call", "prepare", "close")):
+                    raise RegistrationError(f"task {task.name!r}: {method!r} is not a usable method name")
+                _check_target(target)
+                owner = self.method_owner(method)
+                if owner is not None:
+                    raise RegistrationError(f"task {task.name!r}: method {method!r} is already served by task "
+                                            f"{owner.name!r} of {owner.provider!r}")
+            entry = dataclasses.replace(task, provider=provider, methods=dict(task.methods),
+                                        served_by=tuple(task.served_by))
+            self._add(self.tasks, task.name, entry, f"task {task.name!r}")
 
         return register
 
@@ -235,6 +145,10 @@ class Registry:
             known = ", ".join(sorted(self.components[stage])) or "none"
             who = f" (named by {needed_by})" if needed_by else ""
             raise LookupError(f"no {stage.replace('_', ' ')} {name!r}{who}; registered: {known}") from None
+
+    def method_owner(self, method: str) -> Task | None:
+        """The task whose front end has ``method``, or ``None``."""
+        return next((task for task in self.tasks.values() if method in task.methods), None)
 
     def links_for(self, architecture: str) -> list[ArchitectureLink]:
         """Return every link registered for ``architecture``: one per task and variant."""
@@ -259,6 +173,7 @@ class Registry:
         entries = [(c.provider, c.target) for stage in self.components.values() for c in stage.values()]
         entries += [(link.provider, target) for link in self.links.values() for target in link.targets]
         entries += [(s.provider, s.resolver) for s in self.model_sources.values()]
+        entries += [(t.provider, target) for t in self.tasks.values() for target in t.methods.values()]
         found = []
         for provider, target in entries:
             try:

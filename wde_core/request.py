@@ -16,10 +16,19 @@ class EmbedOptions:
 
 
 @dataclass(frozen=True)
+class TokenEmbedOptions:
+    """Per-request options of the token_embed task: every token's vector, optionally L2-normalized."""
+
+    normalize: bool = False
+    output: tuple[str, ...] = ("tokens",)
+
+
+@dataclass(frozen=True)
 class ScoreOptions:
     """Per-request options of the rerank and classify tasks."""
 
     raw_scores: bool = False
+    output: tuple[str, ...] = ("scores",)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import traceback
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -25,14 +26,17 @@ class ReplicaDiedError(RuntimeError):
 
 
 def _replica_main(conn, model: str, engine_args: dict[str, Any]) -> None:
-    """Body of a replica process: build a worker for the pipeline, then serve batches."""
+    """Body of a replica process: build a worker for the pipeline, then serve batches. A failure while
+    starting sends its traceback to the parent, which raises it in :class:`ReplicaDiedError`."""
     from wde_core.pipeline import assemble_pipeline
+    from wde_core.stages.worker import worker_factory
 
-    pipeline = assemble_pipeline(model, **engine_args)
-    attention = pipeline.components["attention_backend"].load()(pipeline)
-    output_processor = pipeline.components["output_processor"].load()(pipeline)
-    worker = pipeline.components["worker"].load()(pipeline, attention, output_processor)
-    worker.load_model()
+    try:
+        worker = worker_factory(assemble_pipeline(model, **engine_args))()
+        worker.load_model()
+    except BaseException:  # noqa: BLE001 - reported to the parent, then the replica exits
+        conn.send(("failed", traceback.format_exc()))
+        raise SystemExit(1) from None
     conn.send(("ready", os.getpid()))
     while True:
         job = conn.recv()
@@ -91,10 +95,16 @@ class DataParallelExecutor:
 
     def _await_ready(self, replica: _Replica) -> None:
         try:
-            replica.conn.recv()
+            status, detail = replica.conn.recv()
         except EOFError:
-            raise ReplicaDiedError(f"replica {replica.index} exited while loading the model "
-                                   f"(exit code {replica.process.exitcode})") from None
+            replica.process.join(timeout=5)
+            self.shutdown()
+            raise ReplicaDiedError(f"replica {replica.index} exited while loading the model (exit code "
+                                   f"{replica.process.exitcode}); started from a script, data_parallel needs "
+                                   "the script's work under `if __name__ == \"__main__\":`") from None
+        if status == "failed":
+            self.shutdown()
+            raise ReplicaDiedError(f"replica {replica.index} failed while loading the model:\n{detail}")
         threading.Thread(target=self._read, args=(replica,), name=f"wde-replica-{replica.index}-reader",
                          daemon=True).start()
 

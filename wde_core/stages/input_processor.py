@@ -48,7 +48,7 @@ class TextInputProcessor:
 
     def check_options(self, options: Any) -> None:
         """Refuse a ``dimensions`` that is not a positive integer no larger than the embedding."""
-        dims = options.dimensions
+        dims = getattr(options, "dimensions", None)
         if dims is None:
             return
         if not isinstance(dims, int) or isinstance(dims, bool) or dims < 1:

@@ -16,7 +16,7 @@ class ModelInput:
     """A packed batch: ``T`` tokens of ``B`` sequences, laid end to end.
 
     ``cu_seqlens[b]:cu_seqlens[b+1]`` are sequence ``b``'s tokens; ``positions`` count from the
-    model's position offset within each sequence; ``pool_start`` is the first pooled token of each
+    model's position offset within each sequence (they restart for every packed sequence); ``pool_start`` is the first pooled token of each
     sequence (after a prompt that pooling excludes); ``outputs`` names the outputs the batch's
     requests asked for (``{"dense"}`` unless a model serves more), so extra heads can be skipped.
     """
@@ -64,7 +64,7 @@ class FlatBatchBuilder:
     def __init__(self, pipeline, attention_backend) -> None:
         self.attention = attention_backend
         self.causal = pipeline.settings.causal
-        self.position_offset = int(pipeline.settings.defaults.get("position_offset", 0))
+        self.position_offset = pipeline.settings.position_offset
 
     def build(self, requests: list[Request]) -> ModelInput:
         """Pack ``requests`` into one :class:`ModelInput` on the CPU."""

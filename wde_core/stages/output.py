@@ -1,39 +1,46 @@
-"""Output processor of the embed task: pooling on the device, then dimensions and normalization."""
+"""Output processor of the embed and token_embed tasks, on the host: dimensions and normalization.
+
+Pooling happened on the device (:class:`wde_core.stages.pooling.Pooler`, run by the worker); this
+stage only shapes each request's result.
+"""
 
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 import torch
 
-from wde_core.request import Request
-from wde_core.stages.pooling import POOLERS
+from wde_core.outputs import finish_vectors
+from wde_core.request import Request, TokenEmbedOptions
 
 
 class EmbeddingOutputProcessor:
-    """Pools hidden states, truncates to ``dimensions`` (Matryoshka) and L2-normalizes."""
+    """Pooled vectors cut to ``dimensions`` (Matryoshka) and L2-normalized; token vectors for token_embed."""
 
     outputs = ("dense",)
 
     def __init__(self, pipeline) -> None:
-        self.pooling = pipeline.settings.pooling
         self.normalize = pipeline.settings.normalize
 
-    def pooler(self) -> Callable:
-        """The function the worker applies to ``(hidden_states, model_input)`` on the device."""
-        return POOLERS[self.pooling]
+    def process(self, requests: list[Request], pooled: dict[str, torch.Tensor]) -> list:
+        """One result per request, in batch order: a float32 vector, or ``[num_tokens, dim]`` for token_embed."""
+        dense = pooled["dense"].numpy() if "dense" in pooled else None
+        tokens = split_tokens(pooled.get("tokens"), [r.num_tokens for r in requests])
+        return [self.token_vectors(tokens[i], r) if isinstance(r.options, TokenEmbedOptions)
+                else self.finish(dense[i], r) for i, r in enumerate(requests)]
 
-    def process(self, requests: list[Request], pooled: torch.Tensor) -> list[np.ndarray]:
-        """Return one float32 vector per request, in batch order."""
-        pooled = pooled.float()
-        results = []
-        for request, vector in zip(requests, pooled):
-            options = request.options
-            if options.dimensions is not None:
-                vector = vector[: options.dimensions]
-            normalize = self.normalize if options.normalize is None else options.normalize
-            if normalize:
-                vector = torch.nn.functional.normalize(vector, dim=0)
-            results.append(vector.numpy())
-        return results
+    def token_vectors(self, vectors: np.ndarray, request: Request) -> np.ndarray:
+        """A token_embed request's ``[num_tokens, dim]`` vectors, each normalized if it asked."""
+        return finish_vectors(vectors, None, request.options.normalize)
+
+    def finish(self, vectors: np.ndarray, request: Request) -> np.ndarray:
+        """The request's ``dimensions`` and normalization (its own, else the model's) applied to ``vectors``."""
+        options = request.options
+        normalize = self.normalize if options.normalize is None else options.normalize
+        return finish_vectors(vectors, options.dimensions, normalize)
+
+
+def split_tokens(tensor: torch.Tensor | None, lengths: list[int]) -> list[np.ndarray | None]:
+    """Split a packed ``[T, ...]`` tensor into one array per sequence of the given lengths."""
+    if tensor is None:
+        return [None] * len(lengths)
+    return list(np.split(tensor.numpy(), np.cumsum(lengths)[:-1]))

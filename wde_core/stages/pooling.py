@@ -44,3 +44,45 @@ def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
 
 
 POOLERS = {"cls": pool_cls, "mean": pool_mean, "last": pool_last, "max": pool_max}
+
+
+ACTIVATIONS = {
+    "sigmoid": torch.sigmoid,
+    "identity": lambda logits: logits,
+    "tanh": torch.tanh,
+    "softmax": lambda logits: torch.softmax(logits, dim=-1),
+}
+
+
+class Pooler:
+    """The device side of every task, run by the worker after the model's forward: pooling, the model's
+    classification head and its activation (as vLLM's pooler does).
+
+    The model's ``forward`` returns hidden states ``[T, H]`` (or a dict holding them as ``"hidden"`` and
+    token-level heads under other names). The pooler returns a dict of float32 tensors, computing only
+    what the batch's requests asked for (``model_input.outputs``): ``"tokens"`` (every token's state),
+    the model's token-level heads, and from the pooled states either ``"dense"`` or, for a model with
+    a ``head(pooled) -> logits`` method, ``"logits"`` and ``"scores"`` (the activation of the logits).
+    """
+
+    def __init__(self, settings, model) -> None:
+        self.pool = POOLERS[settings.pooling]
+        self.head = getattr(model, "head", None)
+        self.activation = ACTIVATIONS[settings.activation or "identity"]
+
+    def __call__(self, output, model_input: ModelInput) -> dict[str, torch.Tensor]:
+        """Pool one batch's model output on the device."""
+        heads = dict(output) if isinstance(output, dict) else {"hidden": output}
+        hidden = heads.pop("hidden")
+        result = {name: tensor.float() for name, tensor in heads.items()}
+        wanted = set(model_input.outputs) - set(heads)
+        if "tokens" in wanted:
+            result["tokens"] = hidden.float()
+        if wanted - {"tokens"}:
+            pooled = self.pool(hidden, model_input)
+            if self.head is None:
+                result["dense"] = pooled.float()
+            else:
+                logits = self.head(pooled).float()
+                result["logits"], result["scores"] = logits, self.activation(logits)
+        return result

@@ -15,14 +15,16 @@ class HFTokenizer:
         self.max_len = pipeline.settings.max_model_len
         self.include_prompt = pipeline.settings.include_prompt
         self.uses_token_types = getattr(pipeline.model.config, "type_vocab_size", 0) > 1
+        self._affixes: tuple[list[int], list[int]] | None = None
 
-    def tokenize(self, requests: list[Request], *, truncate: bool = True) -> None:
-        """Fill each request's token ids; with ``truncate=False`` an over-long input is an error."""
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill each request's token ids. ``truncate``: ``True`` cuts to ``max_model_len``, ``False`` makes
+        an over-long input an error, ``"chunk"`` leaves it whole (the task then splits it with :meth:`chunk`)."""
         encoded = self.tokenizer(
             [r.text for r in requests],
             add_special_tokens=True,
-            truncation=truncate,
-            max_length=self.max_len if truncate else None,
+            truncation=truncate is True,
+            max_length=self.max_len if truncate is True else None,
             return_attention_mask=False,
             return_token_type_ids=self.uses_token_types,
             verbose=False,
@@ -31,10 +33,33 @@ class HFTokenizer:
             request.token_ids = encoded["input_ids"][i]
             if self.uses_token_types:
                 request.token_type_ids = encoded["token_type_ids"][i]
-        if not truncate:
+        if truncate is False:
             self.check_lengths(requests)
         if not self.include_prompt:
             self.set_prompt_lengths(requests)
+
+    def chunk(self, request: Request, max_len: int) -> list[list[int]]:
+        """Split an over-long request's token ids into pieces of at most ``max_len`` tokens, each wrapped
+        in the special tokens this tokenizer puts around a text (override for another scheme)."""
+        prefix, suffix = self.special_affixes()
+        body = request.token_ids[len(prefix):len(request.token_ids) - len(suffix)]
+        size = max_len - len(prefix) - len(suffix)
+        if size < 1:
+            raise ValueError(f"max_model_len={max_len} leaves no room for text between the special tokens")
+        return [prefix + body[start:start + size] + suffix for start in range(0, len(body), size)]
+
+    def special_affixes(self) -> tuple[list[int], list[int]]:
+        """The special token ids this tokenizer stage puts before and after a text's own tokens."""
+        if self._affixes is None:
+            probe = Request(0, "hello")
+            self.tokenize([probe], truncate="chunk")
+            plain = self.tokenizer("hello", add_special_tokens=False)["input_ids"]
+            ids = probe.token_ids
+            start = next((i for i in range(len(ids)) if ids[i:i + len(plain)] == plain), None)
+            if start is None:
+                raise ValueError("cannot tell this tokenizer's special tokens apart from the text's own")
+            self._affixes = (ids[:start], ids[start + len(plain):])
+        return self._affixes
 
     def check_lengths(self, requests: list[Request]) -> None:
         """Raise naming the first input longer than ``max_model_len``."""

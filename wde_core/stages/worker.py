@@ -1,23 +1,26 @@
-"""The worker: builds the model on its device, loads the weights, runs forward and pooling."""
+"""The worker: builds the model on its device, loads the weights, runs forward and the pooler."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from wde_core.registry import import_target
 from wde_core.stages.model_input import ModelInput, move_to
+from wde_core.stages.pooling import Pooler
 from wde_core.stages.weights import iter_checkpoint, load_weights
 
 
 class ModelWorker:
-    """Owns one model replica on one device."""
+    """Owns one model replica on one device; ``execute`` returns the pooler's dict of tensors on the CPU."""
 
-    def __init__(self, pipeline, attention_backend, output_processor) -> None:
+    def __init__(self, pipeline, attention_backend) -> None:
         self.pipeline = pipeline
         self.attention = attention_backend
-        self.pooler = output_processor.pooler()
         self.device = pipeline.device
         self.model: torch.nn.Module | None = None
+        self.pooler: Pooler | None = None
 
     def load_model(self) -> None:
         """Build the model class without allocating random weights, load the checkpoint, then call
@@ -35,10 +38,19 @@ class ModelWorker:
             if callable(getattr(module, "prepack", None)):
                 module.prepack()  # e.g. wde_core.layers.Linear: oneDNN-blocked weights on CPU
         self.model = model.eval().requires_grad_(False)
+        self.pooler = Pooler(p.settings, self.model)
 
     @torch.inference_mode()
-    def execute(self, model_input: ModelInput):
-        """Run one batch; return the pooled outputs (a tensor, or a dict of them) on the CPU."""
+    def execute(self, model_input: ModelInput) -> dict[str, torch.Tensor]:
+        """Run one batch: forward, then pooling/head/activation; the results on the CPU."""
         model_input = model_input.to(self.device)
-        hidden = self.model(model_input)
-        return move_to(self.pooler(hidden, model_input), "cpu", non_blocking=False)
+        output = self.model(model_input)
+        return move_to(self.pooler(output, model_input), "cpu", non_blocking=False)
+
+
+def worker_factory(pipeline, attention_backend=None) -> Callable[[], ModelWorker]:
+    """A function building one worker of the pipeline's worker component (attention backend built if not given)."""
+    if attention_backend is None:
+        attention_backend = pipeline.components["attention_backend"].load()(pipeline)
+    worker_cls = pipeline.components["worker"].load()
+    return lambda: worker_cls(pipeline, attention_backend)

@@ -7,7 +7,7 @@ import re
 import torch
 from torch import nn
 
-from wde_core.layers import Linear
+from wde_core.plugin_api import Linear
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)

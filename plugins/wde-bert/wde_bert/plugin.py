@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wde_core import ArchitectureLink, hookimpl
+from wde_core.plugin_api import ArchitectureLink, hookimpl
 
 ALL_MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining")

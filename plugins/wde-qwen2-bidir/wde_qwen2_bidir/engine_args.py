@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wde_core.engine_args import EngineArgs
+from wde_core.plugin_api import EngineArgs
 
 
 @dataclass

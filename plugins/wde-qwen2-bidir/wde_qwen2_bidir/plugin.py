@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from wde_core import ArchitectureLink, hookimpl
-from wde_core.builtin import EMBED_WORKFLOW
+from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, hookimpl
 
 WORKFLOW = "decoder-embed"
 MODEL = "wde_qwen2_bidir.model:DecoderEmbedder"

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from wde_core.request import Request
-from wde_core.stages.tokenizer import HFTokenizer
+from wde_core.plugin_api import HFTokenizer, Request
 
 
 def asks_for_eos(path: Path) -> bool:
@@ -34,7 +33,7 @@ class EosAppendingTokenizer(HFTokenizer):
             raise ValueError(f"model {pipeline.model.name!r}: tokenizer_config.json asks for an EOS token "
                              "but the tokenizer has no eos_token")
 
-    def tokenize(self, requests: list[Request], *, truncate: bool = True) -> None:
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill each request's token ids, EOS last when appended; ``truncate=False`` refuses long inputs."""
         if not self.append_eos:
             super().tokenize(requests, truncate=truncate)
@@ -42,14 +41,14 @@ class EosAppendingTokenizer(HFTokenizer):
         encoded = self.tokenizer(
             [r.text for r in requests],
             add_special_tokens=True,
-            truncation=truncate,
-            max_length=self.max_len - 1 if truncate else None,  # room for the EOS
+            truncation=truncate is True,
+            max_length=self.max_len - 1 if truncate is True else None,  # room for the EOS
             return_attention_mask=False,
             verbose=False,
         )
         for request, ids in zip(requests, encoded["input_ids"]):
             request.token_ids = list(ids) + [self.eos_id]
-        if not truncate:
+        if truncate is False:
             self.check_lengths(requests)
         if not self.include_prompt:
             self.set_prompt_lengths(requests)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from wde_core.cli_encode import read_inputs
+from wde_core.plugin_api import read_inputs
 
 
 @click.command("rerank")
@@ -26,7 +26,7 @@ from wde_core.cli_encode import read_inputs
 def rerank(documents, query, model, input_file, top_n, return_documents, raw_scores, truncate, device, dtype,
            num_threads) -> None:
     """Score DOCUMENTS (or --input FILE, or stdin lines) against --query; print a JSON list, best first."""
-    from wde_core.engine import Engine
+    from wde_core.plugin_api import Engine
 
     docs, ids = read_inputs(documents, input_file)
     try:

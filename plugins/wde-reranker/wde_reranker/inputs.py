@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from wde_core.request import Request, ScoreOptions
+from wde_core.plugin_api import Request, ScoreOptions
 
 
 class CrossEncoderInputProcessor:

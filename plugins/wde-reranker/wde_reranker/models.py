@@ -1,4 +1,8 @@
-"""Sequence-classification heads on the BERT and XLM-R encoders: logits ``[B, num_labels]`` per sequence."""
+"""Sequence-classification heads on the BERT and XLM-R encoders.
+
+``forward`` returns every token's hidden state like any encoder; the worker's pooler pools them (CLS,
+the link's default) and calls ``head(pooled) -> logits [B, num_labels]``, then the activation.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,7 @@ import torch
 from torch import nn
 
 from wde_bert.model import BertEncoder
-from wde_core.layers import Linear
-from wde_core.stages.pooling import pool_cls
+from wde_core.plugin_api import Linear
 from wde_xlm_roberta.model import XLMRobertaEncoder
 
 
@@ -22,10 +25,9 @@ class BertCrossEncoder(BertEncoder):
         self.pooler.dense = Linear(config.hidden_size, config.hidden_size)
         self.classifier = Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, model_input) -> torch.Tensor:
-        """Logits of every sequence in the packed batch."""
-        cls = pool_cls(super().forward(model_input), model_input)
-        return self.classifier(torch.tanh(self.pooler.dense(cls)))
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, num_labels]`` from the pooled (CLS) states."""
+        return self.classifier(torch.tanh(self.pooler.dense(pooled)))
 
 
 class XLMRobertaCrossEncoder(XLMRobertaEncoder):
@@ -39,7 +41,6 @@ class XLMRobertaCrossEncoder(XLMRobertaEncoder):
         self.classifier.dense = Linear(config.hidden_size, config.hidden_size)
         self.classifier.out_proj = Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, model_input) -> torch.Tensor:
-        """Logits of every sequence in the packed batch."""
-        cls = pool_cls(super().forward(model_input), model_input)
-        return self.classifier.out_proj(torch.tanh(self.classifier.dense(cls)))
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, num_labels]`` from the pooled (CLS) states."""
+        return self.classifier.out_proj(torch.tanh(self.classifier.dense(pooled)))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from wde_core import ArchitectureLink, hookimpl
-from wde_core.builtin import EMBED_WORKFLOW
+from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, hookimpl
 
 _P = "wde_reranker"
 MODELS = {

@@ -3,14 +3,13 @@ the document, never the query."""
 
 from __future__ import annotations
 
-from wde_core.request import Request
-from wde_core.stages.tokenizer import HFTokenizer
+from wde_core.plugin_api import HFTokenizer, Request
 
 
 class PairTokenizer(HFTokenizer):
     """Tokenizes ``(query, document)`` pairs with ``truncation="only_second"`` and single texts as usual."""
 
-    def tokenize(self, requests: list[Request], *, truncate: bool = True) -> None:
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill token ids; a query that leaves no room for its document is an error naming it."""
         singles = [r for r in requests if isinstance(r.text, str)]
         pairs = [r for r in requests if not isinstance(r.text, str)]
@@ -34,8 +33,8 @@ class PairTokenizer(HFTokenizer):
         """Encode the pairs, cutting only documents when ``truncate``, else refusing over-long pairs."""
         encoded = self.tokenizer(
             [r.text[0] for r in pairs], [r.text[1] for r in pairs],
-            truncation="only_second" if truncate else False,
-            max_length=self.max_len if truncate else None,
+            truncation="only_second" if truncate is True else False,
+            max_length=self.max_len if truncate is True else None,
             return_attention_mask=False, return_token_type_ids=self.uses_token_types, verbose=False,
         )
         for i, request in enumerate(pairs):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from wde_core.layers import Linear
+from wde_core.plugin_api import Linear
 from wde_xlm_roberta.model import XLMRobertaEncoder
 
 HEAD_FILES = {"colbert_linear.pt": "colbert_linear.", "sparse_linear.pt": "sparse_linear."}

@@ -9,18 +9,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import torch
 
-from wde_core.request import Request
-from wde_core.stages.output import EmbeddingOutputProcessor
-from wde_core.stages.pooling import POOLERS
+from wde_core.plugin_api import EmbeddingOutputProcessor, Request, TokenEmbedOptions, split_tokens
 
 
 class BgeM3OutputProcessor(EmbeddingOutputProcessor):
-    """Serves ``output="dense"``, ``"sparse"``, ``"colbert"`` or any tuple of them."""
+    """Serves ``output="dense"``, ``"sparse"``, ``"colbert"`` or any tuple of them (host side: the worker
+    pooled the dense vector and passed the model's token-level heads through)."""
 
     outputs = ("dense", "sparse", "colbert")
 
@@ -30,31 +27,24 @@ class BgeM3OutputProcessor(EmbeddingOutputProcessor):
         special = (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id)
         self.unused_tokens = np.array([t for t in special if t is not None], dtype=np.int64)
 
-    def pooler(self) -> Callable:
-        """Pool the dense vector on the device; pass the token-level heads through."""
-        pool_dense = POOLERS[self.pooling]
-
-        def pool(heads: dict[str, torch.Tensor], model_input) -> dict[str, torch.Tensor]:
-            pooled = {name: heads[name].float() for name in ("sparse", "colbert") if name in heads}
-            pooled["dense"] = pool_dense(heads["hidden"], model_input)
-            return pooled
-
-        return pool
-
     def process(self, requests: list[Request], pooled: dict[str, torch.Tensor]) -> list[dict]:
         """Return one dict per request holding the outputs it asked for."""
-        dense = super().process(requests, pooled["dense"])
+        dense = pooled["dense"].numpy() if "dense" in pooled else None
         lengths = [r.num_tokens for r in requests]
-        sparse = _split(pooled.get("sparse"), lengths)
-        colbert = _split(pooled.get("colbert"), [n - 1 for n in lengths])
-        results = []
+        sparse = split_tokens(pooled.get("sparse"), lengths)
+        colbert = split_tokens(pooled.get("colbert"), [n - 1 for n in lengths])
+        tokens = split_tokens(pooled.get("tokens"), lengths)
+        results: list = []
         for i, request in enumerate(requests):
+            if isinstance(request.options, TokenEmbedOptions):
+                results.append(self.token_vectors(tokens[i], request))
+                continue
             wanted = request.options.output
-            result = {"dense": dense[i]} if "dense" in wanted else {}
+            result = {"dense": self.finish(dense[i], request)} if "dense" in wanted else {}
             if "sparse" in wanted:
                 result["sparse"] = self.lexical_weights(request.token_ids, sparse[i])
             if "colbert" in wanted:
-                result["colbert"] = self.colbert_vectors(colbert[i], request)
+                result["colbert"] = self.finish(colbert[i], request)
             results.append(result)
         return results
 
@@ -67,19 +57,3 @@ class BgeM3OutputProcessor(EmbeddingOutputProcessor):
         ids, weights = ids[order], weights[order]
         last = np.append(ids[1:] != ids[:-1], True) if len(ids) else np.zeros(0, dtype=bool)
         return dict(zip(ids[last].tolist(), weights[last].tolist()))
-
-    def colbert_vectors(self, vectors: np.ndarray, request: Request) -> np.ndarray:
-        """The request's ColBERT vectors, cut to ``dimensions`` and normalized as its dense vector is."""
-        options = request.options
-        if options.dimensions is not None:
-            vectors = vectors[:, : options.dimensions]
-        normalize = self.normalize if options.normalize is None else options.normalize
-        if normalize:
-            vectors = torch.nn.functional.normalize(torch.from_numpy(vectors), dim=-1).numpy()
-        return vectors.astype(np.float32, copy=False)
-
-
-def _split(tensor: torch.Tensor | None, lengths: list[int]) -> list[np.ndarray | None]:
-    if tensor is None:
-        return [None] * len(lengths)
-    return list(np.split(tensor.numpy(), np.cumsum(lengths)[:-1]))

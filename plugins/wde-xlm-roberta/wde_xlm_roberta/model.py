@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from wde_bert.model import BertEncoder
-
-PADDING_IDX = 1  # XLM-R's <pad>; positions start at PADDING_IDX + 1 (the link's position_offset)
+from wde_xlm_roberta.plugin import PADDING_IDX
 
 
 class XLMRobertaEncoder(BertEncoder):

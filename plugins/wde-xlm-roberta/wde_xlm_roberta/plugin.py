@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from wde_core import ArchitectureLink, hookimpl
-from wde_core.builtin import EMBED_WORKFLOW
-from wde_xlm_roberta.model import PADDING_IDX
+from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, hookimpl
+
+PADDING_IDX = 1  # XLM-R's <pad>; positions start at PADDING_IDX + 1 (the link's position_offset)
 
 DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX + 1}
 

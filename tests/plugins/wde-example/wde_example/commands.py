@@ -11,7 +11,7 @@ PLUGIN_NAME = "wde-example"
 
 def provided_by(provider: str) -> list[str]:
     """Describe every registry entry ``provider`` registered, as ``kind name`` strings."""
-    from wde_core.plugins import get_plugin_host
+    from wde_core.plugin_api import get_plugin_host
 
     registry = get_plugin_host().registry
     found = [f"workflow {wf.name}" for wf in registry.workflows.values() if wf.provider == provider]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from wde_core import ArchitectureLink, Workflow, hookimpl
+from wde_core.plugin_api import ArchitectureLink, Workflow, hookimpl
 
 FORCE_EAGER_ENV = "WDE_EXAMPLE_FORCE_EAGER"
 FORCE_EAGER_REASON = f"example plugin: {FORCE_EAGER_ENV} is set"

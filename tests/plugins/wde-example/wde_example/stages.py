@@ -6,10 +6,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
-from wde_core.engine_args import EngineArgs
-from wde_core.request import Request
-from wde_core.stages.input_processor import TextInputProcessor
-from wde_core.stages.scheduler import TokenBudgetScheduler
+from wde_core.plugin_api import EngineArgs, Request, TextInputProcessor, TokenBudgetScheduler
 
 
 @dataclass

@@ -1,0 +1,105 @@
+"""``wde plugin new``: the generated distribution installs, and its parity test passes on a BERT-shaped example."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from wde_core.scaffold import default_architecture, package_name, plugin
+
+NAME, ARCH, PACKAGE = "wde-scaffold-demo", "ScaffoldDemoModel", "wde_scaffold_demo"
+ALLOWED_IMPORTS = {"wde_core.plugin_api", "wde_core.testing"}
+
+
+def non_blank_lines(path) -> int:
+    """Lines of ``path`` that are not blank."""
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+
+
+def wde_imports(path) -> set[str]:
+    """Every ``wde_core`` module that ``path`` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "wde_core"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "wde_core":
+            found.add(node.module)
+    return found
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """The distribution written by ``wde plugin new wde-scaffold-demo --architecture ScaffoldDemoModel``."""
+    root = tmp_path_factory.mktemp("scaffold")
+    result = CliRunner().invoke(plugin, ["new", NAME, "--architecture", ARCH, "--directory", str(root / NAME)])
+    assert result.exit_code == 0, result.output
+    return root / NAME
+
+
+def test_writes_the_distribution(generated):
+    files = {str(p.relative_to(generated)) for p in generated.rglob("*") if p.is_file()}
+    assert files == {"README.md", "pyproject.toml", f"{PACKAGE}/__init__.py", f"{PACKAGE}/model.py",
+                     f"{PACKAGE}/plugin.py", "tests/test_parity.py"}
+    pyproject = (generated / "pyproject.toml").read_text()
+    assert f'name = "{NAME}"' in pyproject and '"wde-core>=0.1.0"' in pyproject
+    assert f'"{NAME}" = "{PACKAGE}.plugin"' in pyproject
+    plugin_py = (generated / PACKAGE / "plugin.py").read_text()
+    assert f'architecture="{ARCH}"' in plugin_py and f'model="{PACKAGE}.model:{ARCH}"' in plugin_py
+    assert "{{" not in "".join(p.read_text() for p in generated.rglob("*") if p.is_file())
+
+
+def test_generated_code_imports_only_the_plugin_api_and_the_testing_kit(generated):
+    for path in generated.rglob("*.py"):
+        assert wde_imports(path) <= ALLOWED_IMPORTS, path
+
+
+def test_generated_plugin_installs_and_its_parity_test_passes(generated, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--target", str(target), str(generated)], check=True, capture_output=True, text=True)
+    assert (target / PACKAGE / "model.py").is_file()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(generated / "tests")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "1 passed" in run.stdout
+    code = non_blank_lines(generated / PACKAGE / "plugin.py") + non_blank_lines(generated / PACKAGE / "model.py")
+    test = non_blank_lines(generated / "tests" / "test_parity.py")
+    print(f"generated plugin: plugin.py + model.py = {code} non-blank lines; tests/test_parity.py = {test}")
+
+
+def test_refuses_an_existing_directory_and_a_bad_name(tmp_path):
+    runner = CliRunner()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file.txt").write_text("x")
+    result = runner.invoke(plugin, ["new", NAME, "--directory", str(tmp_path / "taken")])
+    assert result.exit_code == 2 and "--directory" in result.output and "already exists" in result.output
+    for bad in ("bad name!", "wde-", "1st-plugin", "wde-ü"):
+        result = runner.invoke(plugin, ["new", bad, "--directory", str(tmp_path / "new")])
+        assert result.exit_code == 2 and "Invalid value for NAME" in result.output, (bad, result.output)
+    result = runner.invoke(plugin, ["new", NAME, "--architecture", "Not-An-Identifier",
+                                    "--directory", str(tmp_path / "new")])
+    assert result.exit_code == 2 and "--architecture" in result.output
+    assert not (tmp_path / "new").exists()
+
+
+def test_defaults_come_from_the_name(tmp_path, monkeypatch):
+    assert default_architecture("wde-foo") == "FooModel" and default_architecture("wde_my.bert") == "MyBertModel"
+    assert package_name("wde-Foo.bar") == "wde_foo_bar"
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(plugin, ["new", "wde-foo"])
+    assert result.exit_code == 0, result.output
+    assert 'architecture="FooModel"' in (tmp_path / "wde-foo" / "wde_foo" / "plugin.py").read_text()
+
+
+def test_the_wde_command_serves_the_plugin_group(tmp_path):
+    run = subprocess.run([sys.executable, "-c", "from wde_core.cli import main; main()", "plugin", "new",
+                          "wde-cli-demo", "--directory", str(tmp_path / "demo")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "demo" / "wde_cli_demo" / "model.py").is_file()

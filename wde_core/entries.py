@@ -1,0 +1,163 @@
+"""The things plugins register: components, workflows, architecture links, model sources and tasks.
+
+Each holds import paths (``"module:attr"``) rather than objects, so listing never imports a model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+STAGES = (
+    "input_processor",
+    "tokenizer",
+    "scheduler",
+    "model_input_builder",
+    "attention_backend",
+    "executor",
+    "worker",
+    "output_processor",
+    "engine_args",
+)
+WORKFLOW_STAGES = tuple(s for s in STAGES if s != "attention_backend")
+# What ``ArchitectureLink.defaults`` may say; each becomes a typed field of ``ModelSettings``.
+LINK_DEFAULT_KEYS = ("pooling", "normalize", "causal", "position_offset", "max_model_len", "activation")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A plugin that failed to load or a registration that was refused, with the plugin's name."""
+
+    plugin: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.plugin}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One implementation of an engine stage, known by name and import path."""
+
+    stage: str
+    name: str
+    target: str
+    description: str = ""
+    provider: str = ""
+
+    def load(self) -> Any:
+        """Import and return the object behind ``target``."""
+        return import_target(self.target)
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A named choice of one component per engine stage.
+
+    ``attention_backend`` is normally ``None``: the engine picks one for the device and dtype.
+    """
+
+    name: str
+    input_processor: str
+    tokenizer: str
+    scheduler: str
+    model_input_builder: str
+    executor: str
+    worker: str
+    output_processor: str
+    engine_args: str
+    attention_backend: str | None = None
+    description: str = ""
+    provider: str = ""
+
+    def stages(self) -> dict[str, str | None]:
+        """Map each stage to the component this workflow names for it."""
+        return {stage: getattr(self, stage) for stage in STAGES}
+
+
+@dataclass(frozen=True)
+class ArchitectureLink:
+    """Links an HF architecture and task to a workflow and the model class that implements it.
+
+    ``defaults`` holds what the model family implies when the model directory is silent, with keys
+    from ``LINK_DEFAULT_KEYS`` (for example ``{"pooling": "cls", "normalize": False}``). ``matches``
+    (``"module:function"``, with a ``variant`` name) makes the link apply only to directories for
+    which ``function(directory)`` returns a reason string (for example bge-m3's extra head files); a
+    matching variant wins over the plain link. ``configure`` (``"module:function"``) is called as
+    ``function(settings, directory, args, reasons)`` after the core decided the model settings.
+    """
+
+    architecture: str
+    task: str
+    workflow: str
+    model: str
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    variant: str = ""
+    matches: str | None = None
+    configure: str | None = None
+    provider: str = ""
+
+    @property
+    def targets(self) -> list[str]:
+        """The import paths this link names: its model class, and its matcher and configure step if set."""
+        return [t for t in (self.model, self.matches, self.configure) if t is not None]
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(architecture, task, variant)``: unique among the registered links."""
+        return self.architecture, self.task, self.variant
+
+    def match(self, directory) -> str | None:
+        """The reason this link applies to ``directory``, ``""`` for a plain link, ``None`` if not."""
+        if self.matches is None:
+            return ""
+        return import_target(self.matches)(directory) or None
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A local copy of a hub model (for example one shipped inside a PyPI package)."""
+
+    model_id: str
+    resolver: str
+    provider: str = ""
+
+    def resolve(self):
+        """Return the model directory, or ``None`` when the copy is not installed."""
+        return import_target(self.resolver)()
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task and the front-end methods that serve it, from which ``Engine`` and ``AsyncEngine`` are made.
+
+    ``methods`` maps each front-end method name (``"encode"``) to the import path of its *prepare*
+    function, called as ``prepare(engine, *args, **kwargs)`` before any batch runs: it validates and
+    tokenizes the call's inputs and returns a :class:`wde_core.tasks.Call` (the requests, and how
+    their per-request results are collected into the method's return value). ``served_by`` lists
+    the link tasks whose models serve this task (default: the task itself; ``token_embed`` is served
+    by models linked for ``embed``). ``inputs`` says in words what the methods take.
+    """
+
+    name: str
+    methods: Mapping[str, str]
+    inputs: str = ""
+    description: str = ""
+    served_by: tuple[str, ...] = ()
+    provider: str = ""
+
+    @property
+    def link_tasks(self) -> tuple[str, ...]:
+        """The link tasks whose models serve this task."""
+        return self.served_by or (self.name,)
+
+
+def import_target(target: str) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute."""
+    module_name, _, attr_path = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    return obj

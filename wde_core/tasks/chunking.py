@@ -1,0 +1,47 @@
+"""Long inputs in chunks: split a tokenized input longer than ``max_model_len`` into pieces that each
+fit (every piece wrapped in the special tokens a text gets), embed each piece, and return the
+token-count-weighted mean of the piece embeddings, cut to ``dimensions`` and normalized as the model
+would (vLLM calls this chunked processing). For mean pooling the weighted mean of the pieces' means
+is the mean over every token of every piece."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from wde_core.outputs import finish_vectors
+from wde_core.request import EmbedOptions, Request
+from wde_core.tasks import Call
+
+
+def chunked_call(engine, requests: list[Request], *, single: bool) -> Call:
+    """Tokenize ``requests`` whole, split the over-long ones, and collect one weighted mean per input."""
+    tokenizer, max_len = engine.tokenizer, engine.pipeline.settings.max_model_len
+    tokenizer.tokenize(requests, truncate="chunk")
+    pieces: list[Request] = []
+    plan: list[tuple[int, int]] = []  # per input: (first piece, number of pieces)
+    raw = EmbedOptions(normalize=False, dimensions=None)
+    for request in requests:
+        chunks = tokenizer.chunk(request, max_len) if request.num_tokens > max_len else [request.token_ids]
+        plan.append((len(pieces), len(chunks)))
+        for i, ids in enumerate(chunks):
+            types = None if request.token_type_ids is None else [0] * len(ids)
+            prompt_len = min(request.prompt_len, len(ids) - 1) if i == 0 else 0
+            pieces.append(dataclasses.replace(request, index=len(pieces), options=raw, token_ids=list(ids),
+                                              token_type_ids=types, prompt_len=prompt_len))
+    normalize = engine.pipeline.settings.normalize
+
+    def collect(results: list[np.ndarray]) -> np.ndarray:
+        merged = []
+        for request, (first, count) in zip(requests, plan):
+            weights = np.array([pieces[first + i].num_tokens for i in range(count)], dtype=np.float64)
+            vectors = np.stack(results[first:first + count]).astype(np.float64)
+            mean = (weights[:, None] * vectors).sum(0) / weights.sum()
+            options = request.options
+            merged.append(finish_vectors(mean.astype(np.float32), options.dimensions,
+                                         normalize if options.normalize is None else options.normalize))
+        stacked = np.stack(merged).astype(np.float32, copy=False)
+        return stacked[0] if single else stacked
+
+    return Call(pieces, collect)

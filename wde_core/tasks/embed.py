@@ -1,0 +1,55 @@
+"""The ``embed`` and ``token_embed`` tasks: ``encode`` (pooled vectors) and ``embed_tokens`` (every token's)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from wde_core.outputs import DENSE, check_outputs, collect_embeddings, parse_output
+from wde_core.request import EmbedOptions, TokenEmbedOptions
+from wde_core.tasks import Call, long_input_policy
+from wde_core.tasks.chunking import chunked_call
+
+
+def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
+           prompt: str | None = None, prompt_name: str | None = None, truncate: bool | str | None = None,
+           output: str | Sequence[str] = "dense") -> Any:
+    """Embed ``texts``: a float32 array ``[n, dim]``, or ``[dim]`` for a single string.
+
+    ``normalize`` and ``dimensions`` override the model's settings (Matryoshka truncation, then
+    renormalization); ``prompt``/``prompt_name`` prepend an instruction. ``truncate``: ``True`` cuts an
+    input longer than ``max_model_len``, ``False`` raises ``ValueError`` naming it, ``"chunk"`` embeds
+    each fitting chunk and returns their token-count-weighted mean, normalized as the model would;
+    ``None`` follows the engine's ``long_inputs`` argument (default: cut). ``output`` names what to
+    return where the model serves more than the dense vector (bge-m3: ``"sparse"``, ``"colbert"``);
+    a tuple of names returns a dict keyed by them.
+    """
+    names, _ = parse_output(output)
+    check_outputs(names, getattr(engine.output_processor, "outputs", (DENSE,)), engine.pipeline.model.name)
+    policy = long_input_policy(engine, truncate, chunk_ok=True)
+    options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
+    requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
+    single = isinstance(texts, str)
+    if policy == "chunk":
+        if names != (DENSE,):
+            raise ValueError(f"truncate='chunk' serves output='dense' only, not {output!r}")
+        return chunked_call(engine, requests, single=single)
+    engine.tokenizer.tokenize(requests, truncate=policy)
+    return Call(requests, lambda results: collect_embeddings(results, output, single=single))
+
+
+def embed_tokens(engine, texts: str | Sequence[str], *, normalize: bool = False, prompt: str | None = None,
+                 prompt_name: str | None = None, truncate: bool | None = None) -> Any:
+    """Every token's last hidden state: a list of float32 arrays ``[num_tokens, dim]`` (one array for a
+    single string), special tokens included, each vector L2-normalized when ``normalize=True``.
+
+    This is TEI's ``/embed_all``: the input to late chunking or ColBERT-style scoring. ``truncate``:
+    ``True`` cuts, ``False`` refuses an over-long input; ``None`` follows ``long_inputs`` (chunking is
+    refused: token vectors of separate chunks are not one sequence's).
+    """
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
+    policy = long_input_policy(engine, truncate, chunk_ok=False)
+    requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name,
+                                              options=TokenEmbedOptions(normalize=normalize))
+    engine.tokenizer.tokenize(requests, truncate=policy)
+    return Call(requests, lambda results: results[0] if isinstance(texts, str) else results)

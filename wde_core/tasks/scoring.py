@@ -1,0 +1,78 @@
+"""The ``rerank`` and ``classify`` tasks: ``score``, ``rerank`` and ``classify``.
+
+The core knows these tasks only by their front ends; a plugin's workflow supplies the input processor
+(pairs or texts), the pair tokenizer, the model's classification head and the output processor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from wde_core.request import ScoreOptions
+from wde_core.tasks import Call, long_input_policy
+
+
+def score(engine, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
+          truncate: bool | None = None) -> Any:
+    """Relevance scores of ``(query, document)`` pairs, float32 ``[n]`` in input order.
+
+    Single-logit models give ``sigmoid(logit)`` (as sentence-transformers' CrossEncoder and TEI do)
+    unless the model's config names another activation; ``raw_scores=True`` gives the logits. With
+    ``truncate=True`` an over-long pair loses document tokens, never query tokens; ``False`` refuses it.
+    """
+    requests = _scoring_requests(engine, pairs, raw_scores, truncate)
+    return Call(requests, lambda results: np.asarray(results, dtype=np.float32))
+
+
+def rerank(engine, query: str, documents: Sequence[str], *, top_n: int | None = None,
+           return_documents: bool = False, raw_scores: bool = False, truncate: bool | None = None) -> Any:
+    """Score ``documents`` against ``query``: ``[{"index", "score"[, "document"]}]``, best first.
+
+    Ties keep input order; ``top_n`` keeps the best N; an empty ``documents`` list gives ``[]``.
+    """
+    check_rerank_arguments(query, documents, top_n)
+    if len(documents) == 0:
+        return Call([], lambda results: [])
+    requests = _scoring_requests(engine, [(query, d) for d in documents], raw_scores, truncate)
+    return Call(requests, lambda results: ranked(np.asarray(results, dtype=np.float32), documents, top_n,
+                                                 return_documents))
+
+
+def classify(engine, texts: str | Sequence[Any], *, raw_scores: bool = False, truncate: bool | None = None) -> Any:
+    """Per-label probabilities ``{label: p}`` (labels from ``id2label``) for each text or text pair.
+
+    ``raw_scores=True`` gives the logits instead; a single string (or one pair tuple) gives one dict.
+    """
+    requests = _scoring_requests(engine, texts, raw_scores, truncate)
+    single = isinstance(texts, (str, tuple))
+    return Call(requests, lambda results: results[0] if single else results)
+
+
+def _scoring_requests(engine, inputs: Any, raw_scores: bool, truncate: bool | None) -> list:
+    policy = long_input_policy(engine, truncate, chunk_ok=False)
+    requests = engine.input_processor.process(inputs, options=ScoreOptions(raw_scores=bool(raw_scores)))
+    engine.tokenizer.tokenize(requests, truncate=policy)
+    return requests
+
+
+def check_rerank_arguments(query: Any, documents: Any, top_n: Any) -> None:
+    """Refuse a non-str query, documents that are not a list, and a ``top_n`` that is not positive."""
+    if not isinstance(query, str):
+        raise TypeError(f"query: expected a str, got {type(query).__name__}")
+    if isinstance(documents, str) or not isinstance(documents, Sequence):
+        raise TypeError(f"documents: expected a list of str, got {type(documents).__name__}")
+    if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):
+        raise ValueError(f"top_n={top_n!r}: expected a positive integer or None")
+
+
+def ranked(scores: np.ndarray, documents: Sequence[str], top_n: int | None, return_documents: bool) -> list[dict]:
+    """``{"index", "score"[, "document"]}`` for the best ``top_n`` documents, ties in input order."""
+    order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[:top_n]
+    results = [{"index": i, "score": float(scores[i])} for i in order]
+    if return_documents:
+        for result in results:
+            result["document"] = documents[result["index"]]
+    return results
