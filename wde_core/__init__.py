@@ -11,19 +11,11 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-_EXPORTS = {
-    "ArchitectureLink": "wde_core.entries",
-    "AsyncEngine": "wde_core.async_engine",
-    "Engine": "wde_core.engine",
-    "EngineArgs": "wde_core.engine_args",
-    "NoWorkflowError": "wde_core.pipeline",
-    "Pipeline": "wde_core.pipeline",
-    "Task": "wde_core.entries",
-    "Workflow": "wde_core.entries",
-    "assemble_pipeline": "wde_core.pipeline",
-    "get_plugin_host": "wde_core.plugins",
-    "hookimpl": "wde_core.hookspecs",
-}
+_MODULES = {"wde_core.entries": ("ArchitectureLink", "Task", "Workflow"), "wde_core.engine": ("Engine",),
+            "wde_core.async_engine": ("AsyncEngine",), "wde_core.engine_args": ("EngineArgs",),
+            "wde_core.pipeline": ("NoWorkflowError", "Pipeline", "assemble_pipeline"),
+            "wde_core.plugins": ("get_plugin_host",), "wde_core.hookspecs": ("hookimpl",)}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
 
 

@@ -9,17 +9,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-STAGES = (
-    "input_processor",
-    "tokenizer",
-    "scheduler",
-    "model_input_builder",
-    "attention_backend",
-    "executor",
-    "worker",
-    "output_processor",
-    "engine_args",
-)
+STAGES = ("input_processor", "tokenizer", "scheduler", "model_input_builder", "attention_backend", "executor",
+          "worker", "output_processor", "engine_args")
 WORKFLOW_STAGES = tuple(s for s in STAGES if s != "attention_backend")
 # What ``ArchitectureLink.defaults`` may say; each becomes a typed field of ``ModelSettings``.
 LINK_DEFAULT_KEYS = ("pooling", "normalize", "causal", "position_offset", "max_model_len", "activation")

@@ -15,7 +15,7 @@ from wde_core.request import EmbedOptions, Request
 from wde_core.tasks import Call
 
 
-def chunked_call(engine, requests: list[Request], *, single: bool) -> Call:
+def chunked_call(engine, requests: list[Request], *, single: bool, as_dict: bool = False) -> Call:
     """Tokenize ``requests`` whole, split the over-long ones, and collect one weighted mean per input."""
     tokenizer, max_len = engine.tokenizer, engine.pipeline.settings.max_model_len
     tokenizer.tokenize(requests, truncate="chunk")
@@ -42,6 +42,7 @@ def chunked_call(engine, requests: list[Request], *, single: bool) -> Call:
             merged.append(finish_vectors(mean.astype(np.float32), options.dimensions,
                                          normalize if options.normalize is None else options.normalize))
         stacked = np.stack(merged).astype(np.float32, copy=False)
-        return stacked[0] if single else stacked
+        dense = stacked[0] if single else stacked
+        return {"dense": dense} if as_dict else dense
 
     return Call(pieces, collect)

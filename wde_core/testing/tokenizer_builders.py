@@ -9,22 +9,7 @@ WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 BPE_VOCAB_SIZE = 1000
 
-TEXT = """\
-The quick brown fox jumps over the lazy dog. A model turns every sentence into a vector of numbers,
-and two sentences that mean the same thing should get vectors that are close to each other.
-This is a small text about search, retrieval and ranking. People ask questions; the system finds
-documents that answer them. What is the capital of France? Paris is the capital and largest city of
-France, with about two million people living in the city itself. Water boils at one hundred degrees
-at sea level. How many days are there in a year? There are three hundred and sixty five days, and
-one more in a leap year. The weather today is sunny with some clouds in the afternoon, and it may
-rain tomorrow night. She reads a book while he writes a letter to his friend. They were walking in
-the park when the children started playing with the ball. We have been working on this project for
-many years, because it is important for our users and their work. Learning, running, testing and
-building are things that engineers do every day. The first number is 1, the second is 2, then 3, 4,
-5, 6, 7, 8, 9 and 10. Some words: model, models, modeling, token, tokens, tokenizer, embedding,
-embeddings, encoder, decoder, attention, layer, layers, hidden, state, states, pooling, normalize.
-It's not what you said, it's how you said it! Could you send me the report before Monday, please?
-"""
+TEXT = (Path(__file__).parent / "english.txt").read_text(encoding="utf-8")  # a small English text to train on
 
 
 def _words() -> list[str]:

@@ -1,0 +1,134 @@
+"""Plugin contracts that are hard to misuse: misspelt hooks, unknown tasks and defaults keys, the
+public plugin API as the only import, cheap plugin loading, and the size limits of the code."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from wde_core.cli import cli
+from wde_core.plugin_api import ArchitectureLink, Task, hookimpl
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_SOURCES = [*ROOT.glob("plugins/*/wde_*/**/*.py"), *ROOT.glob("tests/plugins/*/wde_*/**/*.py")]
+
+
+class MisspeltPlugin:
+    """Implements ``wde_register_tokenizer`` (singular): not a wde hook."""
+
+    @staticmethod
+    @hookimpl
+    def wde_register_tokenizer(register):
+        register("never-seen", "wde_core.stages.tokenizer:HFTokenizer")
+
+
+class UnknownTaskPlugin:
+    """Links an architecture for a task nobody registered, and one with an unknown defaults key."""
+
+    @staticmethod
+    @hookimpl
+    def wde_register_architectures(register):
+        register(ArchitectureLink("FooModel", "summarize", "embed", "wde_bert.model:BertEncoder"))
+        register(ArchitectureLink("BarModel", "embed", "embed", "wde_bert.model:BertEncoder",
+                                  defaults={"pooling": "mean", "normalise": True}))
+
+
+def test_a_misspelt_hook_is_a_reported_problem(register_plugin):
+    host = register_plugin(("misspelt", MisspeltPlugin), use_entry_points=False)
+    problems = [str(p) for p in host.problems]
+    assert problems == ["misspelt: implements unknown hook(s) 'wde_register_tokenizer' (did you mean "
+                        "'wde_register_tokenizers'?); plugin not loaded"]
+    assert "never-seen" not in host.registry.components["tokenizer"] and "misspelt" not in host.plugins
+    host.register_commands(cli)
+    shown = CliRunner().invoke(cli, ["plugins"])
+    assert "problem: misspelt: implements unknown hook(s) 'wde_register_tokenizer'" in shown.stderr
+    checked = CliRunner().invoke(cli, ["list-workflows", "--check"])
+    assert checked.exit_code == 1 and "wde_register_tokenizer" in checked.stderr
+    listed = json.loads(CliRunner().invoke(cli, ["plugins", "--json"]).stdout)
+    assert any("wde_register_tokenizer" in p for p in listed["problems"])
+
+
+def test_links_name_registered_tasks_and_known_defaults(register_plugin):
+    host = register_plugin(("typos", UnknownTaskPlugin), use_entry_points=False)
+    problems = [str(p) for p in host.problems]
+    assert problems[0] == ("typos: wde_register_architectures: architecture 'FooModel': unknown task 'summarize'; "
+                           "registered tasks: classify, embed, rerank, token_embed")
+    assert problems[1].startswith("typos: wde_register_architectures: architecture 'BarModel': unknown defaults "
+                                  "key(s) normalise; known: pooling, normalize")
+    assert host.registry.links_for("FooModel") == [] and host.registry.links_for("BarModel") == []
+
+
+def test_task_methods_are_unique_and_checked(register_plugin):
+    class Clash:
+        @staticmethod
+        @hookimpl
+        def wde_register_tasks(register):
+            register(Task("embed-again", {"encode": "wde_core.tasks.embed:encode"}))
+            register(Task("nothing", {}))
+            register(Task("bad-path", {"summarize": "no_such_module:prepare"}))
+
+    host = register_plugin(("clash", Clash), use_entry_points=False)
+    problems = "\n".join(str(p) for p in host.problems)
+    assert "method 'encode' is already served by task 'embed' of 'wde-core'" in problems
+    assert "task 'nothing' names no front-end method" in problems
+    assert "import path 'no_such_module:prepare' does not resolve" in problems
+    assert set(host.registry.tasks) == {"embed", "token_embed", "rerank", "classify"}
+
+
+def wde_core_imports(path: Path) -> set[str]:
+    """The ``wde_core`` modules a source file imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "wde_core":
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "wde_core")
+    return found
+
+
+def test_plugins_import_only_the_plugin_api():
+    assert len(PLUGIN_SOURCES) > 20
+    leaks = {str(p.relative_to(ROOT)): sorted(wde_core_imports(p) - {"wde_core.plugin_api"}) for p in PLUGIN_SOURCES}
+    assert {path: modules for path, modules in leaks.items() if modules} == {}
+
+
+def test_hookimpl_and_plugin_loading_import_no_torch():
+    code = ("import sys\n"
+            "from wde_core import hookimpl\n"
+            "from wde_core.plugin_api import ArchitectureLink, Workflow, Task, EMBED_WORKFLOW\n"
+            "assert 'torch' not in sys.modules, 'the plugin API imported torch'\n"
+            "from wde_core.plugins import get_plugin_host\n"
+            "host = get_plugin_host()\n"
+            "assert {'wde-bert', 'wde-xlm-roberta', 'wde-reranker', 'wde-qwen2-bidir'} <= set(host.plugins)\n"
+            "assert not host.problems, host.problems\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # loading every plugin imported neither torch nor transformers
+
+
+def code_lines(path: Path) -> int:
+    """Non-blank lines that are not comments."""
+    return sum(1 for line in path.read_text(encoding="utf-8").splitlines()
+               if line.strip() and not line.strip().startswith("#"))
+
+
+def test_modules_stay_small_and_core_plus_bert_under_2700_lines():
+    modules = [*ROOT.glob("wde_core/**/*.py"), *ROOT.glob("plugins/*/wde_*/**/*.py")]
+    assert {str(p.relative_to(ROOT)): n for p in modules if (n := len(p.read_text().splitlines())) > 300} == {}
+    core_and_bert = [p for p in modules if "wde_core" in p.parts or "wde_bert" in p.parts]
+    total = sum(code_lines(p) for p in core_and_bert)
+    print(f"core + wde-bert: {total} non-blank non-comment lines")
+    assert total < 2700
+
+
+@pytest.mark.parametrize("requirement", ["torch>=2.5"])
+def test_the_torch_floor_matches_the_code(requirement):
+    # SdpaAttention calls scaled_dot_product_attention(enable_gqa=...), added in torch 2.5
+    assert requirement in (ROOT / "pyproject.toml").read_text()
