@@ -7,25 +7,11 @@ hookimpl`` does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from wde_core.lazy import lazy_exports
 
 __version__ = "0.1.0"
 _MODULES = {"wde_core.entries": ("ArchitectureLink", "Task", "Workflow"), "wde_core.engine": ("Engine",),
             "wde_core.async_engine": ("AsyncEngine",), "wde_core.engine_args": ("EngineArgs",),
             "wde_core.pipeline": ("NoWorkflowError", "Pipeline", "assemble_pipeline"),
             "wde_core.plugins": ("get_plugin_host",), "wde_core.hookspecs": ("hookimpl",)}
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'wde_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__ + ["__version__"]
+__all__, __getattr__, __dir__ = lazy_exports(globals(), _MODULES)

@@ -17,8 +17,7 @@ with ``dataclasses.replace``), ``LINK_DEFAULT_KEYS``. Stage bases to derive from
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from wde_core.lazy import lazy_exports
 
 _MODULES = {
     "wde_core.hookspecs": ("hookimpl",),
@@ -46,17 +45,4 @@ _MODULES = {
     "wde_core.async_engine": ("AsyncEngine",),
     "wde_core.plugins": ("get_plugin_host",),
 }
-_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'wde_core.plugin_api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = lazy_exports(globals(), _MODULES)
