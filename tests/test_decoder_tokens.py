@@ -111,7 +111,8 @@ def test_named_prompt_and_mean_pooling_without_the_prompt(tmp_path):
     ours = engine.encode(TEXTS, prompt_name="query")
     assert np.abs(ours - engine.encode(TEXTS, prompt=instruction)).max() <= 1e-6
     prompt_len = len(AutoTokenizer.from_pretrained(directory)(instruction)["input_ids"])
-    assert [r.prompt_len for r in engine.prepare("encode", TEXTS, prompt_name="query").requests] == [prompt_len] * len(TEXTS)
+    requests = engine.prepare("encode", TEXTS, prompt_name="query").requests
+    assert [r.prompt_len for r in requests] == [prompt_len] * len(TEXTS)
     reference = load_reference(directory)
     expected = [hf_states(reference, reference_ids(directory, instruction + t), bidirectional=True)[prompt_len:]
                 .mean(0) for t in TEXTS]

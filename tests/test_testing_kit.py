@@ -47,7 +47,8 @@ def test_wordpiece_tokenizer_round_trips_special_tokens_and_pairs(tmp_path):
     tokens = tok.convert_ids_to_tokens(pair["input_ids"])
     assert tokens == ["[CLS]", "first", "text", "[SEP]", "second", "one", "[SEP]"]
     assert pair["token_type_ids"] == [0, 0, 0, 0, 1, 1, 1]
-    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 1, 2, 3, 4)
+    special_ids = (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
+    assert special_ids == (0, 1, 2, 3, 4)
     cased = wordpiece_tokenizer(tmp_path / "cased", lowercase=False)
     assert cased > size and "Q" in AutoTokenizer.from_pretrained(tmp_path / "cased").tokenize("Q")
 

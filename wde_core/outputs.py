@@ -69,6 +69,12 @@ def finish_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool)
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
+def finish_for_request(vectors: np.ndarray, options: Any, model_normalize: bool) -> np.ndarray:
+    """:func:`finish_vectors` with a request's own ``dimensions`` and ``normalize`` (``None``: the model's)."""
+    normalize = model_normalize if options.normalize is None else options.normalize
+    return finish_vectors(vectors, options.dimensions, normalize)
+
+
 def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
     """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
     stacked = np.stack(outputs).astype(np.float32, copy=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from wde_core.outputs import finish_vectors
+from wde_core.outputs import finish_for_request, finish_vectors
 from wde_core.request import Request, TokenEmbedOptions
 
 
@@ -34,9 +34,7 @@ class EmbeddingOutputProcessor:
 
     def finish(self, vectors: np.ndarray, request: Request) -> np.ndarray:
         """The request's ``dimensions`` and normalization (its own, else the model's) applied to ``vectors``."""
-        options = request.options
-        normalize = self.normalize if options.normalize is None else options.normalize
-        return finish_vectors(vectors, options.dimensions, normalize)
+        return finish_for_request(vectors, request.options, self.normalize)
 
 
 def split_tokens(tensor: torch.Tensor | None, lengths: list[int]) -> list[np.ndarray | None]:

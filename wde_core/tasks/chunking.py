@@ -7,15 +7,16 @@ is the mean over every token of every piece."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Sequence
 
 import numpy as np
 
-from wde_core.outputs import finish_vectors
+from wde_core.outputs import collect_embeddings, finish_for_request
 from wde_core.request import EmbedOptions, Request
 from wde_core.tasks import Call
 
 
-def chunked_call(engine, requests: list[Request], *, single: bool, as_dict: bool = False) -> Call:
+def chunked_call(engine, requests: list[Request], output: str | Sequence[str], *, single: bool) -> Call:
     """Tokenize ``requests`` whole, split the over-long ones, and collect one weighted mean per input."""
     tokenizer, max_len = engine.tokenizer, engine.pipeline.settings.max_model_len
     tokenizer.tokenize(requests, truncate="chunk")
@@ -32,17 +33,13 @@ def chunked_call(engine, requests: list[Request], *, single: bool, as_dict: bool
                                               token_type_ids=types, prompt_len=prompt_len))
     normalize = engine.pipeline.settings.normalize
 
-    def collect(results: list[np.ndarray]) -> np.ndarray:
+    def collect(results: list[np.ndarray]) -> Any:
         merged = []
         for request, (first, count) in zip(requests, plan):
             weights = np.array([pieces[first + i].num_tokens for i in range(count)], dtype=np.float64)
             vectors = np.stack(results[first:first + count]).astype(np.float64)
             mean = (weights[:, None] * vectors).sum(0) / weights.sum()
-            options = request.options
-            merged.append(finish_vectors(mean.astype(np.float32), options.dimensions,
-                                         normalize if options.normalize is None else options.normalize))
-        stacked = np.stack(merged).astype(np.float32, copy=False)
-        dense = stacked[0] if single else stacked
-        return {"dense": dense} if as_dict else dense
+            merged.append(finish_for_request(mean.astype(np.float32), request.options, normalize))
+        return collect_embeddings(merged, output, single=single)
 
     return Call(pieces, collect)

@@ -23,7 +23,7 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
     return where the model serves more than the dense vector (bge-m3: ``"sparse"``, ``"colbert"``);
     a tuple of names returns a dict keyed by them.
     """
-    names, as_dict = parse_output(output)
+    names, _ = parse_output(output)
     check_outputs(names, getattr(engine.output_processor, "outputs", (DENSE,)), engine.pipeline.model.name)
     policy = long_input_policy(engine, truncate, chunk_ok=True)
     options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
@@ -32,7 +32,7 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
     if policy == "chunk":
         if names != (DENSE,):
             raise ValueError(f"truncate='chunk' serves output='dense' only, not {output!r}")
-        return chunked_call(engine, requests, single=single, as_dict=as_dict)
+        return chunked_call(engine, requests, output, single=single)
     engine.tokenizer.tokenize(requests, truncate=policy)
     return Call(requests, lambda results: collect_embeddings(results, output, single=single))
 
