@@ -64,10 +64,11 @@ class AsyncEngine:
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run a front-end method by name: prepared on the tokenizer thread, batched with other callers."""
-        return await self._submit(partial(self.engine.prepare, method, *args, **kwargs))
+        return await self.submit(partial(self.engine.prepare, method, *args, **kwargs))
 
-    async def _submit(self, prepare: Callable[[], Call]) -> Any:
-        """Prepare on the tokenizer thread, queue the requests, await the collected results."""
+    async def submit(self, prepare: Callable[[], Call]) -> Any:
+        """Run ``prepare()`` on the tokenizer thread, queue its requests with other callers', and await
+        its collected results: how a server runs calls it prepares itself."""
         if self._closed:
             raise RuntimeError("AsyncEngine is closed")
         loop = asyncio.get_running_loop()
@@ -91,7 +92,10 @@ class AsyncEngine:
                     continue
                 call_id, call, requests = item
                 self._calls[call_id] = call
-                engine.scheduler.add(requests)
+                try:
+                    engine.scheduler.add(requests)
+                except Exception as exc:  # noqa: BLE001 - e.g. a request over the token budget: that call fails
+                    self._fail(call_id, exc)
             if engine.has_unfinished():
                 try:
                     self._run_one_step()
@@ -134,6 +138,10 @@ class AsyncEngine:
         if call is not None and not call.failed:
             call.failed = True
             call.loop.call_soon_threadsafe(_resolve, call.future, None, error)
+
+    def is_alive(self) -> bool:
+        """Whether the engine thread still runs (it stops only after :meth:`close`)."""
+        return self._thread.is_alive()
 
     async def close(self) -> None:
         """Finish queued work, stop the engine thread and release the executor."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -55,6 +56,7 @@ class Engine:
         self.output_processor = make["output_processor"](p)
         self.executor = make["executor"](p, worker_factory(p, self.attention))
         self._in_flight: deque = deque()
+        self.batch_listeners: list[Callable[[list[Request]], None]] = []
         self._prepares: dict[str, Callable] = {}
         p.host.hook.wde_on_pipeline_assembled(pipeline=p)
 
@@ -134,6 +136,7 @@ class Engine:
         """
         while len(self._in_flight) < self.executor.max_in_flight and self.scheduler.has_waiting():
             batch = self.scheduler.schedule()
+            self._formed(batch)
             self._in_flight.append((batch, self.executor.submit(self.builder.build(batch))))
         if not self._in_flight:
             return []
@@ -143,6 +146,13 @@ class Engine:
         except Exception as exc:
             raise BatchError(batch, exc) from exc
         return list(zip(batch, outputs))
+
+    def _formed(self, batch: list[Request]) -> None:
+        now = time.perf_counter()
+        for request in batch:
+            request.scheduled_at = now
+        for listener in self.batch_listeners:
+            listener(batch)
 
     def abort(self) -> None:
         """Drop waiting requests and wait out the batches in flight (after a failure)."""

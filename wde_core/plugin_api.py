@@ -11,7 +11,7 @@ with ``dataclasses.replace``), ``LINK_DEFAULT_KEYS``. Stage bases to derive from
 ``EmbedOptions``, ``TokenEmbedOptions``, ``ScoreOptions``, ``ModelInput``, ``ModelSettings``,
 ``AttentionMetadata``, ``Call`` (what a task's prepare function returns). Model building blocks:
 ``Linear``, ``expand_kv_heads``, ``POOLERS`` / ``pool_cls`` / ``pool_mean`` / ``pool_last`` /
-``pool_max``, ``finish_vectors``, ``split_tokens``, ``WeightsError``. Command line: ``read_inputs``,
+``pool_max``, ``finish_vectors``, ``collect_embeddings``, ``split_tokens``, ``WeightsError``. Command line: ``read_inputs``,
 ``parse_engine_args``, ``emit_json``, and ``Engine`` / ``AsyncEngine`` / ``get_plugin_host`` for commands.
 """
 
@@ -34,7 +34,7 @@ _MODULES = {
     "wde_core.stages.executor": ("SyncExecutor",),
     "wde_core.stages.worker": ("ModelWorker",),
     "wde_core.stages.output": ("EmbeddingOutputProcessor", "split_tokens"),
-    "wde_core.outputs": ("finish_vectors",),
+    "wde_core.outputs": ("finish_vectors", "collect_embeddings"),
     "wde_core.attention.base": ("AttentionMetadata", "expand_kv_heads"),
     "wde_core.layers": ("Linear",),
     "wde_core.stages.pooling": ("POOLERS", "pool_cls", "pool_mean", "pool_last", "pool_max"),
