@@ -69,8 +69,8 @@ class AsyncEngine:
     async def submit(self, prepare: Callable[[], Call]) -> Any:
         """Run ``prepare()`` on the tokenizer thread, queue its requests with other callers', and await
         its collected results: how a server runs calls it prepares itself."""
-        if self._closed:
-            raise RuntimeError("AsyncEngine is closed")
+        if self._closed or not self._thread.is_alive():
+            raise RuntimeError("AsyncEngine is closed" if self._closed else "the engine loop has stopped")
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(self._tokenizer_thread, prepare)
         requests = prepared.requests

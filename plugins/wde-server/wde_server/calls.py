@@ -1,0 +1,165 @@
+"""Calls the routes make: inputs validated and tokenized as each API asks, then run on the model's engine.
+
+Every call is prepared on the engine's tokenizer thread (the event loop never tokenizes) and timed:
+tokenization, queue and inference time, and the tokens it computed, for the response headers and
+the metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from wde_core.plugin_api import Call, EmbedOptions, Request, TokenEmbedOptions, collect_embeddings
+from wde_server.errors import ApiError
+from wde_server.models import ServedModel
+
+TRUNCATE = ("error", "end", "start")  # refuse an over-long input, cut its end, or cut its start
+
+
+@dataclass
+class Timing:
+    """Where one HTTP request's time went, in seconds, and how many tokens it computed."""
+
+    start: float = field(default_factory=time.perf_counter)
+    tokenize: float = 0.0
+    queue: float = 0.0
+    inference: float = 0.0
+    tokens: int = 0
+    requests: int = 0
+
+    def headers(self) -> dict[str, str]:
+        """TEI's timing headers (milliseconds) and the token count."""
+        total = time.perf_counter() - self.start
+        return {"x-compute-tokens": str(self.tokens), "x-queue-time": _ms(self.queue),
+                "x-inference-time": _ms(self.inference), "x-tokenization-time": _ms(self.tokenize),
+                "x-total-time": _ms(total)}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f}"
+
+
+async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing) -> Any:
+    """Prepare on the tokenizer thread, run batched with other callers, collect; ``timing`` filled in.
+
+    Bad input (``ValueError``/``TypeError`` while preparing) becomes a 400 naming what was wrong."""
+    try:
+        return await model.engine.submit(lambda: _timed(prepare, timing))
+    except RuntimeError as exc:
+        if model.alive():
+            raise
+        raise ApiError(503, f"model {model.name!r} cannot serve: {exc}", code="model_unavailable") from None
+
+
+def _timed(prepare: Callable[[], Call], timing: Timing) -> Call:
+    began = time.perf_counter()
+    try:
+        call = prepare()
+    except ApiError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ApiError(422 if "max_model_len" in str(exc) else 400, str(exc)) from None
+    prepared = time.perf_counter()
+    timing.tokenize = prepared - began
+    timing.tokens = sum(r.num_tokens for r in call.requests)
+    timing.requests = len(call.requests)
+    requests = call.requests
+
+    def collect(results: list[Any]) -> Any:
+        done = time.perf_counter()
+        scheduled = min((r.scheduled_at for r in requests if r.scheduled_at is not None), default=prepared)
+        timing.queue, timing.inference = max(0.0, scheduled - prepared), max(0.0, done - scheduled)
+        return call.collect(results)
+
+    return Call(requests, collect)
+
+
+def embed_call(model: ServedModel, inputs: Sequence[str] | Sequence[Sequence[int]], *, truncate: str,
+               field_name: str, options: EmbedOptions, prompt_name: str | None = None,
+               output: str | tuple[str, ...] = "dense") -> Callable[[], Call]:
+    """A prepare function embedding texts or token-id lists, with an explicit truncation policy."""
+    def prepare() -> Call:
+        requests = _requests(model, inputs, truncate, field_name, options, prompt_name)
+        return Call(requests, lambda results: collect_embeddings(results, output, single=False))
+
+    return prepare
+
+
+def token_embed_call(model: ServedModel, texts: Sequence[str], *, truncate: str, field_name: str,
+                     normalize: bool, prompt_name: str | None = None) -> Callable[[], Call]:
+    """A prepare function for every token's vector (``/embed_all``)."""
+    def prepare() -> Call:
+        options = TokenEmbedOptions(normalize=normalize)
+        return Call(_requests(model, texts, truncate, field_name, options, prompt_name), lambda results: results)
+
+    return prepare
+
+
+def _requests(model: ServedModel, inputs: Sequence[Any], truncate: str, field_name: str, options: Any,
+              prompt_name: str | None) -> list[Request]:
+    if inputs and not isinstance(inputs[0], str):
+        requests = token_requests(model, inputs, options, field_name)
+    else:
+        requests = model.sync.input_processor.process(list(inputs), prompt_name=prompt_name, options=options)
+        model.sync.tokenizer.tokenize(requests, truncate="chunk")  # whole: cut or refused below
+    fit_length(model, requests, truncate, field_name)
+    return requests
+
+
+def token_requests(model: ServedModel, token_lists: Sequence[Sequence[int]], options: Any,
+                   field_name: str) -> list[Request]:
+    """Requests from token ids given by the client (used as given: no special tokens are added)."""
+    vocab = len(model.hf_tokenizer)
+    with_types = model.sync.tokenizer.uses_token_types
+    model.sync.input_processor.check_options(options)
+    requests = []
+    for i, ids in enumerate(token_lists):
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ApiError(400, f"{field_name}[{i}]: token id {bad} is outside the vocabulary (0..{vocab - 1})",
+                           param=field_name)
+        requests.append(Request(i, None, options, token_ids=list(ids),
+                                token_type_ids=[0] * len(ids) if with_types else None))
+    return requests
+
+
+def fit_length(model: ServedModel, requests: list[Request], truncate: str, field_name: str) -> None:
+    """Refuse (422) or cut every request longer than the model's limit, keeping the special tokens."""
+    limit = model.max_model_len
+    for request in requests:
+        excess = request.num_tokens - limit
+        if excess <= 0:
+            continue
+        if truncate == "error":
+            raise ApiError(422, f"{field_name}[{request.index}] has {request.num_tokens} tokens, more than the "
+                                f"model's limit of {limit}; shorten it or ask for truncation", param=field_name)
+        cut_tokens(model, request, excess, from_start=truncate == "start")
+
+
+def cut_tokens(model: ServedModel, request: Request, excess: int, *, from_start: bool) -> None:
+    """Drop ``excess`` tokens at the start or the end of the text, keeping the special tokens around it."""
+    prefix, suffix = model.sync.tokenizer.special_affixes() if request.text is not None else ([], [])
+    n = request.num_tokens
+    body = range(len(prefix), n - len(suffix))
+    keep = list(range(len(prefix))) + [i for i in body if (i >= body.start + excess if from_start
+                                                           else i < body.stop - excess)]
+    keep += list(range(n - len(suffix), n))
+    request.token_ids = [request.token_ids[i] for i in keep]
+    if request.token_type_ids is not None:
+        request.token_type_ids = [request.token_type_ids[i] for i in keep]
+    if from_start and request.prompt_len:
+        request.prompt_len = max(len(prefix), request.prompt_len - excess)
+
+
+def score_call(model: ServedModel, pairs: Sequence[tuple[str, str]], *, truncate: bool,
+               raw_scores: bool = False) -> Callable[[], Call]:
+    """A prepare function scoring ``(query, document)`` pairs with the model's cross-encoder."""
+    return lambda: model.sync.prepare("score", list(pairs), raw_scores=raw_scores, truncate=truncate)
+
+
+def classify_call(model: ServedModel, inputs: Sequence[Any], *, truncate: bool,
+                  raw_scores: bool = False) -> Callable[[], Call]:
+    """A prepare function classifying texts or text pairs: ``{label: p}`` per input."""
+    return lambda: model.sync.prepare("classify", list(inputs), raw_scores=raw_scores, truncate=truncate)

@@ -1,0 +1,1 @@
+"""The routes, one module per API family; ``common`` holds what they share."""

@@ -1,0 +1,91 @@
+"""Cohere's ``/v2/embed``; Cohere v1/v2 and Jina ``/v1/rerank``, ``/v2/rerank``."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Request
+
+from wde_core.plugin_api import EmbedOptions
+from wde_server.calls import Timing, embed_call, run
+from wde_server.encoding import by_type
+from wde_server.errors import ApiError
+from wde_server.models import ServedModel
+from wde_server.routes.common import answer, check_batch, model_for
+from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
+                                       RerankResponse, RerankResult, RerankUsage)
+
+router = APIRouter(tags=["Cohere and Jina"])
+
+# Cohere's input types and the prompt names sentence-transformers models use for them, in order of preference
+PROMPT_NAMES = {"search_query": ("search_query", "query"),
+                "search_document": ("search_document", "document", "passage", "doc"),
+                "classification": ("classification",), "clustering": ("clustering",)}
+TRUNCATE = {"NONE": "error", "START": "start", "END": "end"}
+
+
+def prompt_for_input_type(model: ServedModel, input_type: str | None) -> str | None:
+    """The model's prompt name for a Cohere ``input_type`` (``search_query`` -> ``query``), or ``None``."""
+    if input_type is None:
+        return None
+    return next((name for name in PROMPT_NAMES[input_type] if name in model.settings.prompts), None)
+
+
+@router.post("/v2/embed", response_model=CohereEmbedResponse)
+async def embed(body: CohereEmbedRequest, request: Request):
+    """Embed texts (Cohere embed v2): float, base64, int8/uint8 (calibrated) and binary/ubinary types."""
+    model = model_for(request, body.model, "/v2/embed")
+    check_batch(request, body.texts, "texts")
+    if {"int8", "uint8"} & set(body.embedding_types) and model.ranges is None:
+        raise ApiError(400, "embedding_types: int8 and uint8 need calibration ranges; start the server with "
+                            "--calibration FILE (texts like the ones you will embed) to enable them",
+                       param="embedding_types")
+    timing = Timing()
+    prepare = embed_call(model, body.texts, truncate=TRUNCATE[body.truncate], field_name="texts",
+                         options=EmbedOptions(dimensions=body.output_dimension),
+                         prompt_name=prompt_for_input_type(model, body.input_type))
+    vectors = await run(model, prepare, timing)
+    response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=by_type(vectors, body.embedding_types, model.ranges),
+                                   texts=body.texts, meta=Meta(billed_units=BilledUnits(input_tokens=timing.tokens)))
+    return answer(request, response, timing, model)
+
+
+@router.post("/v1/rerank", response_model=RerankResponse)
+async def rerank_v1(body: RerankRequest, request: Request):
+    """Rerank documents against a query (Cohere v1 and Jina shapes); long documents are truncated."""
+    return await rerank(body, request, "/v1/rerank")
+
+
+@router.post("/v2/rerank", response_model=RerankResponse)
+async def rerank_v2(body: RerankRequest, request: Request):
+    """Rerank documents against a query (Cohere v2 shape); long documents are truncated."""
+    return await rerank(body, request, "/v2/rerank")
+
+
+async def rerank(body: RerankRequest, request: Request, route: str):
+    """Score every document with the model's cross-encoder; results best first, ``top_n`` kept."""
+    model = model_for(request, body.model, route)
+    documents = [d if isinstance(d, str) else d.text for d in body.documents]
+    if documents:
+        check_batch(request, documents, "documents")
+    timing = Timing()
+
+    def prepare():
+        cut = documents if body.max_tokens_per_doc is None else [first_tokens(model, d, body.max_tokens_per_doc)
+                                                                  for d in documents]
+        return model.sync.prepare("rerank", body.query, cut, top_n=body.top_n, truncate=True)
+
+    ranked = await run(model, prepare, timing)
+    results = [RerankResult(index=r["index"], relevance_score=r["score"],
+                            document={"text": documents[r["index"]]} if body.return_documents else None)
+               for r in ranked]
+    response = RerankResponse(id=uuid.uuid4().hex, model=model.name, results=results,
+                              usage=RerankUsage(prompt_tokens=timing.tokens, total_tokens=timing.tokens),
+                              meta=Meta(billed_units=BilledUnits(search_units=1)))
+    return answer(request, response, timing, model)
+
+
+def first_tokens(model: ServedModel, text: str, n: int) -> str:
+    """``text`` cut after its first ``n`` tokens (at the character where token ``n`` ends)."""
+    offsets = model.hf_tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    return text if len(offsets) <= n else text[:offsets[n - 1][1]]

@@ -1,0 +1,104 @@
+"""OpenAI's ``/v1/embeddings`` and ``/v1/models``; vLLM's ``/score`` and ``/classify``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+from fastapi import APIRouter, Request
+
+from wde_core.plugin_api import EmbedOptions
+from wde_server.calls import Timing, classify_call, embed_call, run, score_call
+from wde_server.encoding import to_base64
+from wde_server.errors import ApiError
+from wde_server.routes.common import answer, as_list, check_batch, model_for
+from wde_server.schemas.openai import (ClassifyData, ClassifyRequest, ClassifyResponse, Embedding, EmbeddingRequest,
+                                       EmbeddingResponse, ModelCard, ModelList, ScoreData, ScoreRequest,
+                                       ScoreResponse, Usage)
+
+router = APIRouter(tags=["OpenAI and vLLM"])
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingResponse)
+async def embeddings(body: EmbeddingRequest, request: Request):
+    """Embed texts or token-id lists (OpenAI embeddings API); ``dimensions`` cuts Matryoshka vectors."""
+    model = model_for(request, body.model, "/v1/embeddings")
+    inputs = as_list(body.input)
+    check_batch(request, inputs, "input")
+    timing = Timing()
+    policy = "end" if request.app.state.options.auto_truncate else "error"
+    prepare = embed_call(model, inputs, truncate=policy, field_name="input",
+                         options=EmbedOptions(dimensions=body.dimensions))
+    vectors = await run(model, prepare, timing)
+    encode = to_base64 if body.encoding_format == "base64" else np.ndarray.tolist
+    data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
+    usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)
+    return answer(request, EmbeddingResponse(data=data, model=model.name, usage=usage), timing, model)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def models(request: Request):
+    """The served models."""
+    created = request.app.state.started
+    return ModelList(data=[ModelCard(id=m.name, created=created, task=m.task, max_model_len=m.max_model_len)
+                           for m in request.app.state.models])
+
+
+@router.post("/score", response_model=ScoreResponse)
+async def score(body: ScoreRequest, request: Request):
+    """Score ``text_1`` against ``text_2`` (vLLM): a cross-encoder's scores, or an embedder's cosine."""
+    model = model_for(request, body.model, "/score")
+    pairs = score_pairs(body.text_1, body.text_2)
+    check_batch(request, [q for q, _ in pairs] + [d for _, d in pairs], "text_2")
+    truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
+    timing = Timing()
+    if model.task == "embed":
+        scores = await cosine_scores(model, pairs, "error" if not truncate else "end", timing)
+    else:
+        scores = await run(model, score_call(model, pairs, truncate=truncate), timing)
+    data = [ScoreData(index=i, score=float(s)) for i, s in enumerate(scores)]
+    return answer(request, ScoreResponse(id=f"score-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,
+                                         data=data, usage=Usage(prompt_tokens=timing.tokens,
+                                                                total_tokens=timing.tokens)), timing, model)
+
+
+def score_pairs(text_1: str | list[str], text_2: str | list[str]) -> list[tuple[str, str]]:
+    """vLLM's pairing: one ``text_1`` with every ``text_2``, else ``text_1[i]`` with ``text_2[i]``."""
+    firsts, seconds = as_list(text_1), as_list(text_2)
+    if len(firsts) == 1:
+        firsts = firsts * len(seconds)
+    if len(firsts) != len(seconds):
+        raise ApiError(400, f"text_1 has {len(firsts)} texts and text_2 {len(seconds)}: pass one text_1, or "
+                            "as many as text_2", param="text_1")
+    return list(zip(firsts, seconds))
+
+
+async def cosine_scores(model, pairs: list[tuple[str, str]], policy: str, timing: Timing) -> np.ndarray:
+    """Cosine similarity of each pair's embeddings (normalized), computed in one call."""
+    texts = [q for q, _ in pairs] + [d for _, d in pairs]
+    vectors = await run(model, embed_call(model, texts, truncate=policy, field_name="text_2",
+                                          options=EmbedOptions(normalize=True)), timing)
+    n = len(pairs)
+    return np.einsum("ij,ij->i", vectors[:n], vectors[n:])
+
+
+@router.post("/classify", response_model=ClassifyResponse)
+async def classify(body: ClassifyRequest, request: Request):
+    """Label texts (vLLM): the top label and every label's probability, in the model's label order."""
+    model = model_for(request, body.model, "/classify")
+    texts = as_list(body.input)
+    check_batch(request, texts, "input")
+    truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
+    timing = Timing()
+    results = await run(model, classify_call(model, texts, truncate=truncate), timing)
+    data = []
+    for i, probs in enumerate(results):
+        labels = list(probs)
+        best = max(labels, key=lambda label: probs[label])
+        data.append(ClassifyData(index=i, label=best, probs=[float(probs[x]) for x in labels],
+                                 num_classes=len(labels)))
+    return answer(request, ClassifyResponse(id=f"classify-{uuid.uuid4().hex}", created=int(time.time()),
+                                            model=model.name, data=data,
+                                            usage=Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)),
+                  timing, model)

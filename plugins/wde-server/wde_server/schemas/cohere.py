@@ -1,0 +1,88 @@
+"""Cohere's embed v2 and rerank v1/v2 APIs, and Jina's rerank API (the same route shape)."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field, StrictStr
+
+from wde_server.schemas import Open, Strict
+
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+
+
+class CohereEmbedRequest(Strict):
+    """``POST /v2/embed``."""
+
+    model: str | None = None
+    texts: list[StrictStr]
+    input_type: Literal["search_document", "search_query", "classification", "clustering"] | None = None
+    embedding_types: list[EmbeddingType] = Field(default_factory=lambda: ["float"])
+    output_dimension: int | None = Field(default=None, ge=1)
+    truncate: Literal["NONE", "START", "END"] = "END"
+
+
+class BilledUnits(Open):
+    """What the request cost."""
+
+    input_tokens: int | None = None
+    search_units: int | None = None
+
+
+class Meta(Open):
+    """Cohere's response metadata."""
+
+    api_version: dict = Field(default_factory=lambda: {"version": "2"})
+    billed_units: BilledUnits
+
+
+class CohereEmbedResponse(Open):
+    """``POST /v2/embed`` response: one list per requested embedding type."""
+
+    id: str
+    embeddings: dict[str, list]
+    texts: list[str]
+    meta: Meta
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
+
+
+class DocumentText(Strict):
+    """A document given as an object (Cohere v1, Jina)."""
+
+    text: StrictStr
+
+
+class RerankRequest(Strict):
+    """``POST /v1/rerank`` and ``/v2/rerank`` (Cohere v2 and Jina shapes)."""
+
+    model: str | None = None
+    query: StrictStr
+    documents: list[Union[StrictStr, DocumentText]]
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = False
+    max_tokens_per_doc: int | None = Field(default=None, ge=1)
+
+
+class RerankResult(Open):
+    """One document's place: its input index and relevance score (and text when asked)."""
+
+    index: int
+    relevance_score: float
+    document: dict | None = None
+
+
+class RerankUsage(Open):
+    """Tokens computed (Jina's usage)."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class RerankResponse(Open):
+    """Rerank response: results best first, with Cohere's ``meta`` and Jina's ``usage``."""
+
+    id: str
+    model: str
+    results: list[RerankResult]
+    usage: RerankUsage
+    meta: Meta

@@ -1,0 +1,121 @@
+"""OpenAI's embeddings and models API, and vLLM's ``/score`` and ``/classify``."""
+
+from __future__ import annotations
+
+from typing import Literal, Union
+
+from pydantic import Field, StrictStr
+
+from wde_server.schemas import Open, Strict
+
+TokenIds = list[int]
+EmbeddingInput = Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+
+
+class EmbeddingRequest(Strict):
+    """``POST /v1/embeddings``: a string, strings, a token-id list or lists of them."""
+
+    input: EmbeddingInput
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: str | None = None
+
+
+class Embedding(Open):
+    """One input's vector (a list of floats, or base64 of little-endian float32 values)."""
+
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class Usage(Open):
+    """Tokens the request computed."""
+
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(Open):
+    """``POST /v1/embeddings`` response."""
+
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: Usage
+
+
+class ModelCard(Open):
+    """One served model, as ``GET /v1/models`` lists it."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "wde"
+    task: str
+    max_model_len: int
+
+
+class ModelList(Open):
+    """``GET /v1/models`` response."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ScoreRequest(Strict):
+    """vLLM ``POST /score``: one ``text_1`` against every ``text_2`` (1-to-N), or pairwise (N-to-N)."""
+
+    model: str | None = None
+    text_1: StrictStr | list[StrictStr]
+    text_2: StrictStr | list[StrictStr]
+    truncate: bool | None = None
+
+
+class ScoreData(Open):
+    """One pair's score."""
+
+    index: int
+    object: Literal["score"] = "score"
+    score: float
+
+
+class ScoreResponse(Open):
+    """vLLM ``POST /score`` response."""
+
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: Usage
+
+
+class ClassifyRequest(Strict):
+    """vLLM ``POST /classify``: texts to label."""
+
+    model: str | None = None
+    input: StrictStr | list[StrictStr]
+    truncate: bool | None = None
+
+
+class ClassifyData(Open):
+    """One text's label and per-label probabilities."""
+
+    index: int
+    object: Literal["classification"] = "classification"
+    label: str
+    probs: list[float]
+    num_classes: int
+
+
+class ClassifyResponse(Open):
+    """vLLM ``POST /classify`` response."""
+
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassifyData]
+    usage: Usage
