@@ -37,9 +37,10 @@ def error_body(path: str, status: int, message: str, param: str | None = None, c
 
 
 def error_response(path: str, error: ApiError) -> JSONResponse:
-    """A JSON error response for ``error`` on ``path``."""
-    return JSONResponse(error_body(path, error.status, error.message, error.param, error.code),
-                        status_code=error.status, headers=error.headers)
+    """A JSON error response for ``error`` on ``path`` (TEI answers every validation error with 422)."""
+    status = 422 if error.status == 400 and path in TEI_PATHS else error.status
+    return JSONResponse(error_body(path, status, error.message, error.param, error.code),
+                        status_code=status, headers=error.headers)
 
 
 def validation_status(path: str) -> int:
