@@ -10,6 +10,7 @@ _P = "wde_reranker"
 MODELS = {
     "BertForSequenceClassification": (f"{_P}.models:BertCrossEncoder", {}),
     "XLMRobertaForSequenceClassification": (f"{_P}.models:XLMRobertaCrossEncoder", {"position_offset": 2}),
+    "ElectraForSequenceClassification": (f"{_P}.electra:ElectraCrossEncoder", {}),
 }
 VARIANTS = (  # task, variant, matcher, workflow
     ("rerank", "single-logit", f"{_P}.settings:has_one_label", "rerank"),
@@ -19,7 +20,7 @@ VARIANTS = (  # task, variant, matcher, workflow
 
 @hookimpl
 def wde_register_architectures(register):
-    """Each architecture reranks with ``num_labels == 1`` and classifies with more labels."""
+    """Each architecture reranks with ``num_labels == 1`` and classifies with more labels; ``ElectraModel`` embeds."""
     for architecture, (model, defaults) in MODELS.items():
         for task, variant, matches, workflow in VARIANTS:
             register(ArchitectureLink(
@@ -28,6 +29,11 @@ def wde_register_architectures(register):
                 configure=f"{_P}.settings:choose_activation",
                 description=f"cross-encoder ({variant}): {task}",
             ))
+    register(ArchitectureLink(
+        architecture="ElectraModel", task="embed", workflow="embed", model=f"{_P}.electra:ElectraEncoder",
+        defaults={"pooling": "cls", "normalize": False},
+        description="ELECTRA encoder (the cross-encoders' backbone) as an embedder: BERT layers, projected embeddings",
+    ))
 
 
 @hookimpl
