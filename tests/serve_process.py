@@ -51,7 +51,8 @@ class ServeProcess:
 
     def log(self) -> str:
         """What the process printed so far."""
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
