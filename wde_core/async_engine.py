@@ -1,9 +1,7 @@
-"""``AsyncEngine``: many concurrent asyncio callers, one engine loop that batches them together.
+"""``AsyncEngine``: many concurrent asyncio callers, one engine thread that batches them together.
 
-Each call is validated and tokenized on a tokenizer thread (the event loop never blocks on it, and
-bad input fails that call alone, before any work), then queued; one engine thread feeds every queued
-request to the scheduler, runs the batches and resolves each call's future when its last request is
-done.
+Each call is prepared on a tokenizer thread (bad input fails that call alone, before any work), then
+queued; the engine thread runs the batches and resolves each call's future when its last request is done.
 """
 
 from __future__ import annotations
@@ -33,10 +31,7 @@ class _Call:
 
 class AsyncEngine:
     """``await AsyncEngine(model, **engine_args).encode(texts)`` from any number of asyncio tasks: the
-    same front-end methods as :class:`Engine` (made from the same task table), as coroutines.
-
-    Requests of concurrent calls share batches; a failed batch fails only the calls it served.
-    """
+    front-end methods of :class:`Engine` as coroutines; a failed batch fails only the calls it served."""
 
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         self.engine = Engine(model, **engine_args)
@@ -155,7 +150,7 @@ class AsyncEngine:
 def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
     if future.done():
         return
-    if error is not None:
-        future.set_exception(error)
-    else:
+    if error is None:
         future.set_result(result)
+    else:
+        future.set_exception(error)

@@ -1,7 +1,5 @@
-"""The core's own plugin: default stage components, the embed workflow, backend selection.
-
-Registered through the same hooks as any third-party plugin; it names no concrete model.
-"""
+"""The core's own plugin, registered through the same hooks as any other: default stage components, the
+tasks, the embed workflow, attention-backend selection and the core's commands. It names no model."""
 
 from __future__ import annotations
 
@@ -71,18 +69,9 @@ def wde_register_engine_args(register):
 
 # The core's embed workflow. A plugin whose workflow differs in a stage or two derives it:
 # dataclasses.replace(EMBED_WORKFLOW, name="bge-m3", output_processor="bge-m3", description=...).
-EMBED_WORKFLOW = Workflow(
-    name="embed",
-    input_processor="text",
-    tokenizer="hf-fast",
-    scheduler="token-budget",
-    model_input_builder="flat",
-    executor="sync",
-    worker="model",
-    output_processor="embedding",
-    engine_args="default",
-    description="texts -> pooled, optionally normalized embeddings",
-)
+EMBED_WORKFLOW = Workflow(name="embed", input_processor="text", tokenizer="hf-fast", scheduler="token-budget",
+                          model_input_builder="flat", executor="sync", worker="model", output_processor="embedding",
+                          engine_args="default", description="texts -> pooled, optionally normalized embeddings")
 
 
 _T = "wde_core.tasks"

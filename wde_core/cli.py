@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from wde_core.plugins import get_plugin_host
-from wde_core.registry import STAGES
+from wde_core.entries import STAGES
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

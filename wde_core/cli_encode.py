@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,11 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> tuple[list[st
         raise click.UsageError("give texts as arguments or --input, not both")
     if texts:
         return list(texts), None
-    if input_file is None or input_file == "-":
-        return [line.rstrip("\n") for line in sys.stdin if line.strip()], None
-    path = Path(input_file)
-    if not path.is_file():
+    if input_file not in (None, "-") and not Path(input_file).is_file():
         raise click.BadParameter(f"{input_file}: no such file", param_hint="--input")
-    if path.suffix == ".jsonl":
-        return _read_jsonl(path)
-    with open(path, encoding="utf-8") as f:
+    if input_file and input_file.endswith(".jsonl"):
+        return _read_jsonl(Path(input_file))
+    with click.open_file(input_file or "-", encoding="utf-8") as f:  # "-": stdin, left open
         return [line.rstrip("\n") for line in f if line.strip()], None
 
 
@@ -100,21 +96,15 @@ def _jsonable(value: Any) -> Any:
 @click.option("--executor", default=None, help="sync, pipelined, data_parallel or a plugin's executor.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def encode(texts, model, input_file, output, normalize, dimensions, output_types, prompt, prompt_name, truncate,
-           device, dtype, attention_backend, pooling, max_model_len, max_num_batched_tokens, num_threads, executor,
-           quiet) -> None:
+           quiet, **engine_args) -> None:
     """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
     from wde_core.engine import Engine
 
     items, ids = read_inputs(texts, input_file)
     if output is not None and output.endswith(".npy") and output_types != ("dense",):
         raise click.UsageError(f"--output-type {' '.join(output_types)} needs a .jsonl output, not .npy")
-    args: dict[str, Any] = {"device": device, "dtype": dtype, "attention_backend": attention_backend,
-                            "pooling": pooling, "max_model_len": max_model_len, "num_threads": num_threads,
-                            "executor": executor}
-    if max_num_batched_tokens is not None:
-        args["max_num_batched_tokens"] = max_num_batched_tokens
     try:
-        with Engine(model, **args) as engine:
+        with Engine(model, **engine_args) as engine:
             embeddings = engine.encode(items, normalize=normalize, dimensions=dimensions, prompt=prompt,
                                        prompt_name=prompt_name, truncate=truncate,
                                        output=output_types[0] if output_types == ("dense",) else output_types,

@@ -1,8 +1,5 @@
-"""The engine: built once from a resolved pipeline, then a loop of plain method calls per batch.
-
-Its front-end methods (``encode``, ``embed_tokens``, ``score``, ``rerank``, ``classify`` and any a
-plugin's task adds) are made from the task table (``wde_register_tasks``), not written here.
-"""
+"""The engine: built once from a resolved pipeline, then a loop of plain method calls per batch; its
+front-end methods are made from the task table (``wde_register_tasks``)."""
 
 from __future__ import annotations
 
@@ -14,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
+from wde_core.entries import Task, import_target
 from wde_core.pipeline import Pipeline, assemble_pipeline
-from wde_core.registry import Task, import_target
 from wde_core.request import Request
 from wde_core.stages.worker import worker_factory
 from wde_core.tasks import Call, describe_methods, front_end_method
@@ -24,13 +21,10 @@ _PROGRESS = inspect.Parameter("show_progress", inspect.Parameter.KEYWORD_ONLY, d
 
 
 class Engine:
-    """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or ``embed_tokens``, ``score``,
-    ``rerank``, ``classify``: every method of the tasks the model serves).
+    """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or any method of the model's tasks).
 
-    The pipeline (workflow, components, settings) is resolved and every component built here, once;
-    the per-batch path (schedule, build input, execute, process output) calls no hooks. Every front-end
-    method also takes ``show_progress=True`` to draw a progress bar on stderr.
-    """
+    Every component is built here, once; the per-batch path calls no hooks. Every front-end method also
+    takes ``show_progress=True`` to draw a progress bar on stderr."""
 
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
         self.pipeline = assemble_pipeline(model, **engine_args)
@@ -111,10 +105,13 @@ class Engine:
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, requests: list[Request], *, show_progress: bool = False) -> list[Any]:
         """Schedule tokenized requests and return their outputs in input order."""
+        import click
+
         results: list[Any] = [None] * len(requests)
         self.scheduler.add(requests)
         try:
-            with _progress(show_progress, len(requests)) as bar:
+            with click.progressbar(length=len(requests), label="encoding", file=sys.stderr,
+                                   hidden=not (show_progress and requests)) as bar:
                 while self.has_unfinished():
                     finished = self.step()
                     for request, output in finished:
@@ -130,10 +127,8 @@ class Engine:
         return self.scheduler.has_waiting() or bool(self._in_flight)
 
     def step(self) -> list[tuple[Request, Any]]:
-        """Submit batches up to the executor's limit, then finish the oldest: its (request, output) pairs.
-
-        A failed batch raises :class:`BatchError` carrying the batch's requests.
-        """
+        """Submit batches up to the executor's limit, then finish the oldest: its (request, output) pairs
+        (a failed batch raises :class:`BatchError`)."""
         while len(self._in_flight) < self.executor.max_in_flight and self.scheduler.has_waiting():
             batch = self.scheduler.schedule()
             self._formed(batch)
@@ -180,21 +175,3 @@ class BatchError(RuntimeError):
         self.requests = requests
         self.cause = cause
 
-
-class _NoProgress:
-    def update(self, n: int) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _progress(enabled: bool, total: int):
-    if not enabled or total == 0:
-        return _NoProgress()
-    import click
-
-    return click.progressbar(length=total, label="encoding", file=sys.stderr)

@@ -15,12 +15,8 @@ LONG_INPUTS = ("truncate", "error", "chunk")
 class EngineArgs:
     """Arguments accepted by every workflow; ``None`` means "decide from the model or device".
 
-    ``max_num_batched_tokens`` and ``max_num_seqs`` bound each batch the scheduler forms (the token
-    budget defaults to 4,096 on CPU, where activations then stay in cache, and 16,384 on CUDA, raised
-    to ``max_model_len`` when that is longer); ``dtype="auto"`` is float32 on CPU and float16 on CUDA.
-    ``long_inputs`` is what a call does with an input longer than ``max_model_len`` when it does not
-    say (``truncate=None``): ``truncate`` it, refuse it (``error``), or embed it in ``chunk``s.
-    """
+    The token budget defaults to 4,096 on CPU and 16,384 on CUDA (at least ``max_model_len``); ``long_inputs``
+    is what a call with ``truncate=None`` does with an over-long input: ``truncate``, ``error`` or ``chunk``."""
 
     model: str | None = None
     revision: str | None = None
@@ -40,13 +36,10 @@ class EngineArgs:
     long_inputs: str = "truncate"
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"engine argument dtype={self.dtype!r}: expected one of {', '.join(DTYPES)}")
-        if self.long_inputs not in LONG_INPUTS:
-            raise ValueError(f"engine argument long_inputs={self.long_inputs!r}: expected one of "
-                             f"{', '.join(LONG_INPUTS)}")
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise ValueError(f"engine argument pooling={self.pooling!r}: expected one of {', '.join(POOLINGS)}")
+        for name, allowed in (("dtype", DTYPES), ("long_inputs", LONG_INPUTS), ("pooling", POOLINGS)):
+            value = getattr(self, name)
+            if value not in allowed and not (name == "pooling" and value is None):
+                raise ValueError(f"engine argument {name}={value!r}: expected one of {', '.join(allowed)}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads", "num_replicas",
                      "threads_per_replica"):
             value = getattr(self, name)
@@ -60,7 +53,6 @@ class EngineArgs:
         unknown = sorted(set(kwargs) - accepted)
         if unknown:
             where = f" by workflow {workflow!r}" if workflow else ""
-            raise TypeError(
-                f"unknown engine argument(s) {', '.join(unknown)}; accepted{where}: {', '.join(sorted(accepted))}"
-            )
+            raise TypeError(f"unknown engine argument(s) {', '.join(unknown)}; accepted{where}: "
+                            f"{', '.join(sorted(accepted))}")
         return cls(**kwargs)

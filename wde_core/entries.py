@@ -1,7 +1,4 @@
-"""The things plugins register: components, workflows, architecture links, model sources and tasks.
-
-Each holds import paths (``"module:attr"``) rather than objects, so listing never imports a model.
-"""
+"""The things plugins register; each holds import paths (``"module:attr"``), so listing imports no model."""
 
 from __future__ import annotations
 
@@ -11,7 +8,6 @@ from typing import Any, Mapping
 
 STAGES = ("input_processor", "tokenizer", "scheduler", "model_input_builder", "attention_backend", "executor",
           "worker", "output_processor", "engine_args")
-WORKFLOW_STAGES = tuple(s for s in STAGES if s != "attention_backend")
 # What ``ArchitectureLink.defaults`` may say; each becomes a typed field of ``ModelSettings``.
 LINK_DEFAULT_KEYS = ("pooling", "normalize", "causal", "position_offset", "max_model_len", "activation")
 
@@ -44,10 +40,7 @@ class Component:
 
 @dataclass(frozen=True)
 class Workflow:
-    """A named choice of one component per engine stage.
-
-    ``attention_backend`` is normally ``None``: the engine picks one for the device and dtype.
-    """
+    """A named choice of one component per engine stage (``attention_backend=None``: picked per device)."""
 
     name: str
     input_processor: str
@@ -71,13 +64,10 @@ class Workflow:
 class ArchitectureLink:
     """Links an HF architecture and task to a workflow and the model class that implements it.
 
-    ``defaults`` holds what the model family implies when the model directory is silent, with keys
-    from ``LINK_DEFAULT_KEYS`` (for example ``{"pooling": "cls", "normalize": False}``). ``matches``
-    (``"module:function"``, with a ``variant`` name) makes the link apply only to directories for
-    which ``function(directory)`` returns a reason string (for example bge-m3's extra head files); a
-    matching variant wins over the plain link. ``configure`` (``"module:function"``) is called as
-    ``function(settings, directory, args, reasons)`` after the core decided the model settings.
-    """
+    ``defaults``: what the model family implies where the directory is silent (``LINK_DEFAULT_KEYS``).
+    ``matches`` (with a ``variant`` name): ``function(directory)`` returns why the link applies, else it
+    does not; a matching variant wins over the plain link. ``configure``: ``function(settings, directory,
+    args, reasons)``, called after the core decided the model settings."""
 
     architecture: str
     task: str
@@ -122,15 +112,10 @@ class ModelSource:
 
 @dataclass(frozen=True)
 class Task:
-    """A task and the front-end methods that serve it, from which ``Engine`` and ``AsyncEngine`` are made.
+    """A task and its front-end methods, from which ``Engine`` and ``AsyncEngine`` are made.
 
-    ``methods`` maps each front-end method name (``"encode"``) to the import path of its *prepare*
-    function, called as ``prepare(engine, *args, **kwargs)`` before any batch runs: it validates and
-    tokenizes the call's inputs and returns a :class:`wde_core.tasks.Call` (the requests, and how
-    their per-request results are collected into the method's return value). ``served_by`` lists
-    the link tasks whose models serve this task (default: the task itself; ``token_embed`` is served
-    by models linked for ``embed``). ``inputs`` says in words what the methods take.
-    """
+    ``methods`` maps each method name to its *prepare* function, ``prepare(engine, *args, **kwargs) ->
+    Call``; ``served_by`` lists the link tasks whose models serve it (default: the task itself)."""
 
     name: str
     methods: Mapping[str, str]

@@ -1,14 +1,9 @@
 """The wde hook specifications: the whole contract between the core and its plugins.
 
-Three verbs with fixed meanings:
-
-* ``wde_register_*(register)``: called once for every plugin when plugins load; the plugin calls
-  ``register(...)`` for each thing it provides. The core validates every call (names unique, import
-  paths resolvable) and records which plugin gave what.
-* ``wde_select_*`` / ``wde_get_*``: ``firstresult`` hooks, the first non-``None`` answer wins.
-* ``wde_on_*``: notifications; return values are ignored.
-
-Hooks run while plugins load and while an engine is assembled, never per batch.
+``wde_register_*(register)``: called once per plugin when plugins load; the plugin calls ``register(...)``
+for each thing it provides, and the core validates each call and records which plugin gave what.
+``wde_select_*`` / ``wde_get_*``: ``firstresult``, the first non-``None`` answer wins. ``wde_on_*``:
+notifications. Hooks run while plugins load and while an engine is assembled, never per batch.
 """
 
 from __future__ import annotations
@@ -75,27 +70,22 @@ def wde_register_engine_args(register):
 
 @hookspec
 def wde_register_tasks(register):
-    """Register tasks with ``register(Task(...))``: a :class:`wde_core.Task` naming the front-end methods
-    (``Engine.encode``, ``AsyncEngine.score``, ...) that serve it and how each call is prepared."""
-
-
+    """Register tasks with ``register(Task(...))``: each names its front-end methods' prepare functions."""
 
 @hookspec
 def wde_register_workflows(register):
-    """Register workflows with ``register(workflow)``: a :class:`wde_core.Workflow` naming one
-    component per stage."""
+    """Register workflows with ``register(workflow)``: a :class:`wde_core.Workflow` naming one component per stage."""
 
 
 @hookspec
 def wde_register_architectures(register):
-    """Link HF architectures to workflows with ``register(ArchitectureLink(...))``: the
-    ``(architecture, task)`` pair (a registered task), the workflow that serves it and the model class."""
+    """Link HF architectures and tasks to workflows and model classes with ``register(ArchitectureLink(...))``."""
 
 
 @hookspec
 def wde_register_model_sources(register):
-    """Register local copies of hub models with ``register(model_id, resolver)``: ``resolver`` is
-    an import path of a function returning the model directory (or ``None`` when unavailable)."""
+    """Register local copies of hub models with ``register(model_id, resolver)`` (``resolver``: the import path
+    of a function returning the model directory, or ``None`` when it is not installed)."""
 
 
 @hookspec(firstresult=True)
@@ -105,10 +95,8 @@ def wde_get_default_model():
 
 @hookspec(firstresult=True)
 def wde_select_attention_backend(device, dtype, causal):
-    """Return ``(backend_name, reason)`` for a ``torch.device``/``torch.dtype`` pair, or ``None``.
-
-    Called once per engine when neither the ``attention_backend`` engine argument nor the
-    ``WDE_ATTENTION_BACKEND`` environment variable names a backend."""
+    """Return ``(backend_name, reason)`` for a ``torch.device``/``torch.dtype`` pair, or ``None``; asked only
+    when no engine argument, environment variable or workflow names a backend."""
 
 
 # --- command line and notifications -----------------------------------------------------------
@@ -121,5 +109,4 @@ def wde_register_commands(cli):
 
 @hookspec
 def wde_on_pipeline_assembled(pipeline):
-    """Notify that an engine assembled ``pipeline`` (a :class:`wde_core.Pipeline`), before any
-    batch runs."""
+    """Notify that an engine assembled ``pipeline`` (a :class:`wde_core.Pipeline`), before any batch runs."""

@@ -9,13 +9,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 # HF activation name -> (oneDNN post-op, algorithm)
-_EPILOGUES = {
-    "gelu": ("gelu", "none"),
-    "gelu_new": ("gelu", "tanh"),
-    "gelu_pytorch_tanh": ("gelu", "tanh"),
-    "relu": ("relu", ""),
-    "silu": ("swish", ""),
-}
+_EPILOGUES = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh"),
+              "relu": ("relu", ""), "silu": ("swish", "")}
 _POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 _FUSED_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -26,12 +21,9 @@ def _can_fuse(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` with an optional activation (an HF ``hidden_act`` name) and residual add.
-
-    ``forward(x, residual=None)`` returns ``act(x @ W.T + b) + residual``; on CPU the activation
-    or the residual add runs inside the matrix product instead of as another pass over memory.
-    Call :meth:`prepack` after the weights are loaded (and again if they change device or dtype).
-    """
+    """``nn.Linear`` with an optional activation (an HF ``hidden_act`` name) and residual add:
+    ``forward(x, residual=None)`` is ``act(x @ W.T + b) + residual``, fused into the matrix product on CPU.
+    Call :meth:`prepack` after the weights are loaded (and again if they change device or dtype)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str | None = None):
         super().__init__(in_features, out_features, bias=bias)

@@ -1,9 +1,5 @@
-"""Finding a model directory and reading what it says, without loading any weights.
-
-A model is a local directory, a hub id served by a registered local copy (a model source), or a
-hub id resolved through ``huggingface_hub``: the local cache first, then a download unless
-``HF_HUB_OFFLINE`` is set.
-"""
+"""Finding a model directory (local, a registered local copy, or the hub: cache first, then a download unless
+``HF_HUB_OFFLINE`` is set) and reading what it says, without loading any weights."""
 
 from __future__ import annotations
 
@@ -14,12 +10,8 @@ from typing import Any
 
 from wde_core.registry import Registry
 
-POOLING_MODES = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_lasttoken": "last",
-    "pooling_mode_max_tokens": "max",
-}
+POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
+                 "pooling_mode_max_tokens": "max"}
 _ST6_POOLING = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
                 "max": "pooling_mode_max_tokens", "lasttoken": "pooling_mode_lasttoken"}
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
@@ -100,10 +92,8 @@ def _from_hub(model: str, revision: str | None) -> tuple[Path, str]:
     try:
         path = huggingface_hub.snapshot_download(model, revision=revision, allow_patterns=HUB_PATTERNS)
     except Exception as exc:  # noqa: BLE001 - offline, unknown repo, no network
-        raise ModelNotFoundError(
-            f"model {model!r} is not a local directory, not a registered local copy, not in the "
-            f"hub cache, and could not be downloaded: {type(exc).__name__}: {exc}"
-        ) from None
+        raise ModelNotFoundError(f"model {model!r} is not a local directory, not a registered local copy, not in the "
+                                 f"hub cache, and could not be downloaded: {type(exc).__name__}: {exc}") from None
     return Path(path), "downloaded from the hub"
 
 

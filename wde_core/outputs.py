@@ -1,10 +1,5 @@
-"""Named outputs of the embed task: ``"dense"`` from every model, others from models with extra heads.
-
-``Engine.encode(texts, output=...)`` takes one name (the result is that output alone) or a tuple of
-names (the result is a dict keyed by them); one forward pass serves any mix. An output processor
-lists what it serves in its ``outputs`` attribute and returns, per request, either the dense vector
-(when it serves only ``"dense"``) or a dict keyed by the names the request asked for.
-"""
+"""Named outputs of the embed task: ``"dense"`` from every model, others (bge-m3's ``"sparse"``, ``"colbert"``)
+from models with extra heads. ``encode(output=name)`` returns that output, ``output=(names...)`` a dict."""
 
 from __future__ import annotations
 
@@ -30,31 +25,21 @@ def check_outputs(names: tuple[str, ...], served: Sequence[str], model: str) -> 
     """Refuse output names the model's output processor does not serve, naming what it serves."""
     unknown = [name for name in names if name not in served]
     if unknown:
+        hint = " (sparse and ColBERT outputs need a model with those heads, such as bge-m3)"
         raise ValueError(f"output={unknown[0]!r}: model {model!r} serves {', '.join(repr(s) for s in served)} "
-                         "only" + _head_hint(unknown))
-
-
-def _head_hint(unknown: list[str]) -> str:
-    if {"sparse", "colbert"} & set(unknown):
-        return " (sparse and ColBERT outputs need a model with those heads, such as bge-m3)"
-    return ""
+                         "only" + (hint if {"sparse", "colbert"} & set(unknown) else ""))
 
 
 def collect_embeddings(results: list[Any], output: str | Sequence[str], *, single: bool) -> Any:
     """Assemble per-request results into what ``encode`` returns for ``output``."""
     names, as_dict = parse_output(output)
-    collected = {name: _collect_one([_pick(r, name) for r in results], name, single) for name in names}
+    collected = {}
+    for name in names:
+        values = [r[name] if isinstance(r, dict) else r for r in results]
+        if name == DENSE:
+            values = np.stack(values).astype(np.float32, copy=False)  # [n, dim]
+        collected[name] = values[0] if single else values
     return collected if as_dict else collected[names[0]]
-
-
-def _pick(result: Any, name: str) -> Any:
-    return result[name] if isinstance(result, dict) else result
-
-
-def _collect_one(values: list[Any], name: str, single: bool) -> Any:
-    if name == DENSE:
-        return stack_embeddings(values, single=single)
-    return values[0] if single else values
 
 
 def finish_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
@@ -74,8 +59,3 @@ def finish_for_request(vectors: np.ndarray, options: Any, model_normalize: bool)
     normalize = model_normalize if options.normalize is None else options.normalize
     return finish_vectors(vectors, options.dimensions, normalize)
 
-
-def stack_embeddings(outputs: list[np.ndarray], *, single: bool) -> np.ndarray:
-    """Stack per-request vectors into ``[n, dim]`` float32 (``[dim]`` for a single input)."""
-    stacked = np.stack(outputs).astype(np.float32, copy=False)
-    return stacked[0] if single else stacked

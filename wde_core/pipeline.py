@@ -1,8 +1,6 @@
-"""Assembling a pipeline: from a model name and engine arguments to every stage's component.
+"""Assembling a pipeline: from a model name and engine arguments to every stage's component, and why.
 
-This is the one place that decides; ``Engine`` builds from its result and ``wde inspect`` prints
-it. Nothing here loads weights.
-"""
+The one place that decides; ``Engine`` builds from its result, ``wde inspect`` prints it. No weights load."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ import torch
 
 from wde_core.model_files import ModelDirectory, open_model_directory
 from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host
-from wde_core.registry import STAGES, ArchitectureLink, Component, Workflow
+from wde_core.entries import STAGES, ArchitectureLink, Component, Workflow
 from wde_core.settings import ModelSettings, decide_model_settings
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
@@ -52,8 +50,7 @@ class Pipeline:
         return self.link.task
 
     def hf_tokenizer(self):
-        """The model directory's fast HF tokenizer, loaded once: the tokenizer stage and any component
-        that needs its special tokens share it."""
+        """The model directory's fast HF tokenizer, loaded once and shared by every component."""
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -62,21 +59,15 @@ class Pipeline:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description of every decision, as ``wde inspect`` prints it."""
-        s = self.settings
-        return {
-            "model": self.model.name, "path": str(self.model.path), "found_by": self.model.found_by,
-            "architecture": self.link.architecture, "task": self.task,
-            "workflow": self.workflow.name, "workflow_provider": self.workflow.provider,
-            "model_class": self.link.model, "model_provider": self.link.provider,
-            "stages": {st: {"component": c.name, "target": c.target, "provider": c.provider}
-                       for st, c in self.components.items()},
-            "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-            "pooling": s.pooling, "normalize": s.normalize, "max_model_len": s.max_model_len,
-            "max_num_batched_tokens": self.args.max_num_batched_tokens, "max_num_seqs": self.args.max_num_seqs,
-            "causal": s.causal, "position_offset": s.position_offset, "activation": s.activation,
-            "long_inputs": self.args.long_inputs, "prompts": s.prompts, "default_prompt_name": s.default_prompt_name,
-            "include_prompt": s.include_prompt, "extras": s.extras, "reasons": self.reasons,
-        }
+        stages = {stage: {"component": c.name, "target": c.target, "provider": c.provider}
+                  for stage, c in self.components.items()}
+        return {"model": self.model.name, "path": str(self.model.path), "found_by": self.model.found_by,
+                "architecture": self.link.architecture, "task": self.task, "workflow": self.workflow.name,
+                "workflow_provider": self.workflow.provider, "model_class": self.link.model,
+                "model_provider": self.link.provider, "stages": stages, "device": str(self.device),
+                "dtype": str(self.dtype).replace("torch.", ""), **vars(self.settings),
+                "max_num_batched_tokens": self.args.max_num_batched_tokens, "max_num_seqs": self.args.max_num_seqs,
+                "long_inputs": self.args.long_inputs, "reasons": self.reasons}
 
 
 def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = None, **engine_args) -> Pipeline:
@@ -171,14 +162,12 @@ def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torc
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         reasons["device"] = f"auto: {'a CUDA device is available' if device.type == 'cuda' else 'no CUDA device'}"
     else:
-        device = torch.device(args.device)
-        reasons["device"] = "engine argument device"
+        device, reasons["device"] = torch.device(args.device), "engine argument device"
     if args.dtype == "auto":
         dtype = torch.float16 if device.type == "cuda" else torch.float32
         reasons["dtype"] = f"auto: {str(dtype).replace('torch.', '')} on {device.type}"
     else:
-        dtype = _DTYPES[args.dtype]
-        reasons["dtype"] = "engine argument dtype"
+        dtype, reasons["dtype"] = _DTYPES[args.dtype], "engine argument dtype"
     return device, dtype
 
 
@@ -206,15 +195,12 @@ def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHos
 
 
 def _attention_backend_name(workflow, args, device, dtype, causal, host: PluginHost, reasons) -> str:
-    if args.attention_backend:
-        reasons["attention_backend"] = "engine argument attention_backend"
-        return args.attention_backend
-    if os.environ.get(ATTENTION_ENV):
-        reasons["attention_backend"] = f"environment variable {ATTENTION_ENV}"
-        return os.environ[ATTENTION_ENV]
-    if workflow.attention_backend:
-        reasons["attention_backend"] = f"workflow {workflow.name!r} pins it"
-        return workflow.attention_backend
+    for name, why in ((args.attention_backend, "engine argument attention_backend"),
+                      (os.environ.get(ATTENTION_ENV), f"environment variable {ATTENTION_ENV}"),
+                      (workflow.attention_backend, f"workflow {workflow.name!r} pins it")):
+        if name:
+            reasons["attention_backend"] = why
+            return name
     answer = host.hook.wde_select_attention_backend(device=device, dtype=dtype, causal=causal)
     if not (isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, str) for a in answer)):
         raise TypeError(f"wde_select_attention_backend returned {answer!r}; expected (backend_name, reason)")

@@ -1,19 +1,8 @@
 """Everything a wde plugin may use, in one module: plugins import from here and nothing else of ``wde_core``.
 
-Names resolve lazily (module ``__getattr__``), so ``from wde_core.plugin_api import hookimpl,
-ArchitectureLink`` in a plugin's hook module imports neither torch nor transformers: plugin loading
-stays cheap. Names of torch-based classes (``Linear``, ``ModelInput``, ...) import torch on first use.
-
-Registration: ``hookimpl``, ``Workflow``, ``ArchitectureLink``, ``Task``, ``EMBED_WORKFLOW`` (derive
-with ``dataclasses.replace``), ``LINK_DEFAULT_KEYS``. Stage bases to derive from: ``EngineArgs``,
-``TextInputProcessor``, ``HFTokenizer`` (override ``tokenize`` or ``chunk``), ``TokenBudgetScheduler``,
-``FlatBatchBuilder``, ``SyncExecutor``, ``ModelWorker``, ``EmbeddingOutputProcessor``. Data: ``Request``,
-``EmbedOptions``, ``TokenEmbedOptions``, ``ScoreOptions``, ``ModelInput``, ``ModelSettings``,
-``AttentionMetadata``, ``Call`` (what a task's prepare function returns). Model building blocks:
-``Linear``, ``expand_kv_heads``, ``POOLERS`` / ``pool_cls`` / ``pool_mean`` / ``pool_last`` /
-``pool_max``, ``finish_vectors``, ``collect_embeddings``, ``split_tokens``, ``WeightsError``. Command line: ``read_inputs``,
-``parse_engine_args``, ``emit_json``, and ``Engine`` / ``AsyncEngine`` / ``get_plugin_host`` for commands.
-"""
+Names resolve lazily, so a plugin's hook module that imports ``hookimpl`` and the registration classes
+imports neither torch nor transformers; torch-based names (``Linear``, ``ModelInput``, ...) import torch
+on first use. The names, by module, are below; docs/plugin-guide.md says what each is for."""
 
 from __future__ import annotations
 

@@ -1,31 +1,29 @@
-"""Loading plugins: the core's built-ins, then every ``wde`` entry point, lazily and once.
-
-Set ``WDE_PLUGINS`` to a comma-separated list of entry-point names to load only those
-(``WDE_PLUGINS=`` loads none besides the core). A plugin that fails to import, implements a hook
-name that is not a wde hook (pluggy's ``check_pending``), or raises while registering, is reported
-by name; the others keep working.
-"""
+"""Loading plugins: the core's built-ins, then every ``wde`` entry point (only those ``WDE_PLUGINS`` names,
+when set), lazily and once. A plugin that fails to import, implements an unknown hook or raises while
+registering is reported by name; the others keep working."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import metadata
 from typing import Any, Callable, Iterable
 
 import pluggy
 
 from wde_core import hookspecs
-from wde_core.registry import STAGES, Problem, Registry
+from wde_core.entries import STAGES, Problem
+from wde_core.registry import Registry
 
 logger = logging.getLogger("wde")
 
 ENTRY_POINT_GROUP = "wde"
 ALLOWLIST_ENV = "WDE_PLUGINS"
 CORE_PLUGIN_NAME = "wde-core"
-BUILTIN_MODULES = ("wde_core.builtin",)
 STAGE_HOOKS = {stage: "wde_register_engine_args" if stage == "engine_args" else f"wde_register_{stage}s"
                for stage in STAGES}
 
@@ -49,7 +47,7 @@ class PluginHost:
         self.use_entry_points = use_entry_points
         self.registry = Registry()
         self.plugins: dict[str, PluginInfo] = {}
-        self.failures: list[Problem] = []
+        self.problems: list[Problem] = []  # plugins that failed to load, refused registrations, dangling names
         self.filtered_out: dict[str, str] = {}  # entry-point name -> distribution, left out by WDE_PLUGINS
         self._loaded = False
         self._command_groups: list = []
@@ -59,21 +57,13 @@ class PluginHost:
         """The pluggy hook relay, for ``firstresult`` and notification hooks."""
         return self.pm.hook
 
-    @property
-    def problems(self) -> list[Problem]:
-        """Plugins that failed to load, refused registrations and dangling references."""
-        return self.failures + self.registry.problems
-
     def load(self, extra_plugins: Iterable[tuple[str, Any]] = ()) -> "PluginHost":
         """Register built-ins, entry points and ``extra_plugins`` (name, object), then collect."""
         if self._loaded:
             return self
         self._loaded = True
-        import importlib
-
-        core_version = _version_of("wde-core")
-        for module_name in BUILTIN_MODULES:
-            self._register(CORE_PLUGIN_NAME, importlib.import_module(module_name), "wde-core", core_version)
+        builtin = importlib.import_module("wde_core.builtin")
+        self._register(CORE_PLUGIN_NAME, builtin, CORE_PLUGIN_NAME, _version_of(CORE_PLUGIN_NAME))
         if self.use_entry_points:
             self._load_entry_points()
         for name, obj in extra_plugins:
@@ -115,8 +105,7 @@ class PluginHost:
             if not self._hooks_known(name, plugin):
                 return
         hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
-        info = self.plugins.setdefault(name, PluginInfo(name, dist, version))
-        info.hooks = hooks
+        self.plugins.setdefault(name, PluginInfo(name, dist, version)).hooks = hooks
 
     def _hooks_known(self, name: str, plugin: Any) -> bool:
         """pluggy's ``check_pending``: a hook implementation with no wde spec (a misspelt hook name)
@@ -134,16 +123,16 @@ class PluginHost:
 
     def _fail(self, plugin: str, message: str) -> None:
         logger.warning("wde plugin %s: %s", plugin, message)
-        self.failures.append(Problem(plugin, message))
+        self.problems.append(Problem(plugin, message))
 
     def _collect(self) -> None:
         reg = self.registry
-        self._call_register("wde_register_tasks", reg.task_registrar)
+        self._call_register("wde_register_tasks", reg.add_task)
         for stage, hook_name in STAGE_HOOKS.items():
-            self._call_register(hook_name, lambda provider, stage=stage: reg.component_registrar(stage, provider))
-        self._call_register("wde_register_workflows", reg.workflow_registrar)
-        self._call_register("wde_register_architectures", reg.architecture_registrar)
-        self._call_register("wde_register_model_sources", reg.model_source_registrar)
+            self._call_register(hook_name, partial(reg.add_component, stage))
+        self._call_register("wde_register_workflows", reg.add_workflow)
+        self._call_register("wde_register_architectures", reg.add_link)
+        self._call_register("wde_register_model_sources", reg.add_model_source)
         for problem in reg.check_references():
             self._fail(problem.plugin, problem.message)
 
@@ -167,28 +156,24 @@ class PluginHost:
                 elif name not in before:
                     owners[name] = impl.plugin_name
 
-    def _call_register(self, hook_name: str, make_registrar: Callable[[str], Callable]) -> None:
-        """Call one registration hook plugin by plugin, each with its own recording callback."""
+    def _call_register(self, hook_name: str, add: Callable) -> None:
+        """Call one registration hook plugin by plugin, its ``register(...)`` calling ``add(plugin_name, ...)``."""
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            provider = impl.plugin_name
-            register = _guarded(make_registrar(provider), provider, hook_name, self.registry)
             try:
-                impl.function(register=register)
+                impl.function(register=self._reporting(partial(add, impl.plugin_name), impl.plugin_name, hook_name))
             except Exception as exc:  # noqa: BLE001 - the plugin is reported, the others go on
-                self._fail(provider, f"{hook_name} raised {exc!r}")
+                self._fail(impl.plugin_name, f"{hook_name} raised {exc!r}")
 
+    def _reporting(self, add: Callable, plugin: str, hook_name: str) -> Callable:
+        """``add``, except that a refused registration is reported and the plugin goes on."""
 
-def _guarded(register: Callable, provider: str, hook_name: str, registry: Registry) -> Callable:
-    """Wrap a registrar so a refused registration is recorded and the plugin goes on."""
+        def register(*args, **kwargs) -> None:
+            try:
+                add(*args, **kwargs)
+            except (ValueError, TypeError) as exc:
+                self._fail(plugin, f"{hook_name}: {exc}")
 
-    def guarded(*args, **kwargs):
-        try:
-            register(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
-            logger.warning("wde plugin %s: %s: %s", provider, hook_name, exc)
-            registry.problems.append(Problem(provider, f"{hook_name}: {exc}"))
-
-    return guarded
+        return register
 
 
 def _closest_hook(name: str) -> str:

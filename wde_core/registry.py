@@ -1,21 +1,16 @@
 """What plugins registered: stage components, workflows, architecture links, model sources and tasks.
 
-Entries hold import paths (``"module:attr"``), so listing never imports a model. Every path is
-checked when registered (its module must be findable) and can be fully imported by ``check()``.
-"""
+Every import path is checked when registered (its module must be findable); ``check_imports`` imports them."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
 import re
-from typing import Any, Callable
+from typing import Any
 
-from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, WORKFLOW_STAGES, ArchitectureLink, Component, ModelSource,
-                              Problem, Task, Workflow, import_target)
-
-__all__ = ["STAGES", "WORKFLOW_STAGES", "ArchitectureLink", "Component", "ModelSource", "Problem", "Registry",
-           "RegistrationError", "Task", "Workflow", "import_target"]
+from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem, Task,
+                              Workflow, import_target)
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _METHOD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -37,6 +32,11 @@ def _check_target(target: str) -> None:
         raise RegistrationError(f"import path {target!r} does not resolve: no module {module_name!r}")
 
 
+def _check_type(entry: Any, expected: type) -> None:
+    if not isinstance(entry, expected):
+        raise RegistrationError(f"expected a wde_core.{expected.__name__}, got {type(entry).__name__}")
+
+
 class Registry:
     """Everything the loaded plugins registered, keyed by name, with the provider of each entry."""
 
@@ -46,94 +46,65 @@ class Registry:
         self.links: dict[tuple[str, str, str], ArchitectureLink] = {}
         self.model_sources: dict[str, ModelSource] = {}
         self.tasks: dict[str, Task] = {}
-        self.problems: list[Problem] = []
 
-    # -- registration callbacks handed to plugins -------------------------------------------
-    def component_registrar(self, stage: str, provider: str) -> Callable[..., None]:
-        """Return the ``register(name, target, description="")`` callback for one stage."""
+    # -- what each registration hook's ``register`` calls, with the plugin's name as ``provider`` --------
+    def add_component(self, stage: str, provider: str, name: str, target: str, description: str = "") -> None:
+        """``register(name, target, description="")`` of a stage hook."""
+        _check_target(target)
+        entry = Component(stage, name, target, description, provider)
+        self._add(self.components[stage], name, entry, f"{stage.replace('_', ' ')} {name!r}")
 
-        def register(name: str, target: str, description: str = "") -> None:
+    def add_workflow(self, provider: str, workflow: Workflow) -> None:
+        """``register(workflow)`` of ``wde_register_workflows``."""
+        _check_type(workflow, Workflow)
+        self._add(self.workflows, workflow.name, dataclasses.replace(workflow, provider=provider),
+                  f"workflow {workflow.name!r}")
+
+    def add_link(self, provider: str, link: ArchitectureLink) -> None:
+        """``register(link)`` of ``wde_register_architectures``."""
+        _check_type(link, ArchitectureLink)
+        for target in link.targets:
             _check_target(target)
-            entry = Component(stage, name, target, description, provider)
-            self._add(self.components[stage], name, entry, f"{stage.replace('_', ' ')} {name!r}")
+        if bool(link.matches) != bool(link.variant):
+            raise RegistrationError(f"architecture {link.architecture!r}: a link with `matches` needs a "
+                                    "`variant` name, and a variant needs `matches`")
+        if link.task not in self.tasks:
+            raise RegistrationError(f"architecture {link.architecture!r}: unknown task {link.task!r}; "
+                                    f"registered tasks: {', '.join(sorted(self.tasks)) or 'none'}")
+        unknown = sorted(set(link.defaults) - set(LINK_DEFAULT_KEYS))
+        if unknown:
+            raise RegistrationError(f"architecture {link.architecture!r}: unknown defaults key(s) "
+                                    f"{', '.join(unknown)}; known: {', '.join(LINK_DEFAULT_KEYS)}")
+        variant = f" (variant {link.variant!r})" if link.variant else ""
+        self._add(self.links, link.key, dataclasses.replace(link, provider=provider),
+                  f"architecture {link.architecture!r} for task {link.task!r}{variant}")
 
-        return register
+    def add_model_source(self, provider: str, model_id: str, resolver: str) -> None:
+        """``register(model_id, resolver)`` of ``wde_register_model_sources``."""
+        _check_target(resolver)
+        self._add(self.model_sources, model_id, ModelSource(model_id, resolver, provider), f"model source {model_id!r}")
 
-    def workflow_registrar(self, provider: str) -> Callable[[Workflow], None]:
-        """Return the ``register(workflow)`` callback."""
-
-        def register(workflow: Workflow) -> None:
-            if not isinstance(workflow, Workflow):
-                raise RegistrationError(f"expected a wde_core.Workflow, got {type(workflow).__name__}")
-            entry = dataclasses.replace(workflow, provider=provider)
-            self._add(self.workflows, workflow.name, entry, f"workflow {workflow.name!r}")
-
-        return register
-
-    def architecture_registrar(self, provider: str) -> Callable[[ArchitectureLink], None]:
-        """Return the ``register(link)`` callback."""
-
-        def register(link: ArchitectureLink) -> None:
-            if not isinstance(link, ArchitectureLink):
-                raise RegistrationError(f"expected a wde_core.ArchitectureLink, got {type(link).__name__}")
-            for target in link.targets:
-                _check_target(target)
-            if bool(link.matches) != bool(link.variant):
-                raise RegistrationError(f"architecture {link.architecture!r}: a link with `matches` needs a "
-                                        "`variant` name, and a variant needs `matches`")
-            if link.task not in self.tasks:
-                raise RegistrationError(f"architecture {link.architecture!r}: unknown task {link.task!r}; "
-                                        f"registered tasks: {', '.join(sorted(self.tasks)) or 'none'}")
-            unknown = sorted(set(link.defaults) - set(LINK_DEFAULT_KEYS))
-            if unknown:
-                raise RegistrationError(f"architecture {link.architecture!r}: unknown defaults key(s) "
-                                        f"{', '.join(unknown)}; known: {', '.join(LINK_DEFAULT_KEYS)}")
-            entry = dataclasses.replace(link, provider=provider)
-            variant = f" (variant {link.variant!r})" if link.variant else ""
-            what = f"architecture {link.architecture!r} for task {link.task!r}{variant}"
-            self._add(self.links, link.key, entry, what)
-
-        return register
-
-    def model_source_registrar(self, provider: str) -> Callable[[str, str], None]:
-        """Return the ``register(model_id, resolver)`` callback."""
-
-        def register(model_id: str, resolver: str) -> None:
-            _check_target(resolver)
-            entry = ModelSource(model_id, resolver, provider)
-            self._add(self.model_sources, model_id, entry, f"model source {model_id!r}")
-
-        return register
-
-    def task_registrar(self, provider: str) -> Callable[[Task], None]:
-        """Return the ``register(task)`` callback; a method name already served by another task is refused."""
-
-        def register(task: Task) -> None:
-            if not isinstance(task, Task):
-                raise RegistrationError(f"expected a wde_core.Task, got {type(task).__name__}")
-            if not task.methods:
-                raise RegistrationError(f"task {task.name!r} names no front-end method")
-            for method, target in task.methods.items():
-                if not _METHOD.match(method) or method.startswith(("call", "prepare", "close")):
-                    raise RegistrationError(f"task {task.name!r}: {method!r} is not a usable method name")
-                _check_target(target)
-                owner = self.method_owner(method)
-                if owner is not None:
-                    raise RegistrationError(f"task {task.name!r}: method {method!r} is already served by task "
-                                            f"{owner.name!r} of {owner.provider!r}")
-            entry = dataclasses.replace(task, provider=provider, methods=dict(task.methods),
-                                        served_by=tuple(task.served_by))
-            self._add(self.tasks, task.name, entry, f"task {task.name!r}")
-
-        return register
+    def add_task(self, provider: str, task: Task) -> None:
+        """``register(task)`` of ``wde_register_tasks``; a method name another task serves is refused."""
+        _check_type(task, Task)
+        if not task.methods:
+            raise RegistrationError(f"task {task.name!r} names no front-end method")
+        for method, target in task.methods.items():
+            if not _METHOD.match(method) or method.startswith(("call", "prepare", "close")):
+                raise RegistrationError(f"task {task.name!r}: {method!r} is not a usable method name")
+            _check_target(target)
+            owner = self.method_owner(method)
+            if owner is not None:
+                raise RegistrationError(f"task {task.name!r}: method {method!r} is already served by task "
+                                        f"{owner.name!r} of {owner.provider!r}")
+        self._add(self.tasks, task.name, dataclasses.replace(task, provider=provider, methods=dict(task.methods),
+                                                             served_by=tuple(task.served_by)), f"task {task.name!r}")
 
     def _add(self, table: dict, key: Any, entry: Any, what: str) -> None:
         existing = table.get(key)
         if existing is not None:
-            raise RegistrationError(
-                f"duplicate {what}: already registered by {existing.provider!r}, "
-                f"refused from {entry.provider!r}"
-            )
+            raise RegistrationError(f"duplicate {what}: already registered by {existing.provider!r}, "
+                                    f"refused from {entry.provider!r}")
         table[key] = entry
 
     # -- queries --------------------------------------------------------------------------------

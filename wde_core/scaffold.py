@@ -10,15 +10,9 @@ from pathlib import Path
 import click
 
 _DIST_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
-# template (under wde_core/templates/plugin) -> path in the new distribution ("package" is the import name)
-FILES = {
-    "pyproject.toml.tmpl": "pyproject.toml",
-    "README.md.tmpl": "README.md",
-    "package/__init__.py.tmpl": "{package}/__init__.py",
-    "package/plugin.py.tmpl": "{package}/plugin.py",
-    "package/model.py.tmpl": "{package}/model.py",
-    "tests/test_parity.py.tmpl": "tests/test_parity.py",
-}
+# the files written, each from FILE.tmpl under wde_core/templates/plugin ("package/" is the import name)
+FILES = ("pyproject.toml", "README.md", "package/__init__.py", "package/plugin.py", "package/model.py",
+         "tests/test_parity.py")
 
 
 def package_name(name: str) -> str:
@@ -61,10 +55,11 @@ def write_skeleton(name: str, architecture: str | None = None, directory: str | 
     values = {"name": name, "package": package, "architecture": architecture, "model_class": architecture}
     templates = resources.files("wde_core") / "templates" / "plugin"
     written = []
-    for source, dest in FILES.items():
-        path = target / dest.format(package=package)
+    for name in FILES:
+        path = target / re.sub(r"^package/", f"{package}/", name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(templates.joinpath(source).read_text(encoding="utf-8"), values), encoding="utf-8")
+        template = templates.joinpath(name + ".tmpl").read_text(encoding="utf-8")
+        path.write_text(render(template, values), encoding="utf-8")
         written.append(path)
     return written
 

@@ -1,9 +1,6 @@
-"""Model settings: what the engine does with a model's inputs and outputs, decided once per pipeline.
-
-Each setting is a typed field, decided from (in order) the engine argument, the model directory's
-sentence-transformers files and config, the architecture link's ``defaults``, and the core's
-default; ``reasons`` records which source won. A link's ``configure`` function may refine them.
-"""
+"""Model settings, decided once per pipeline: each from the engine argument, the model directory's
+sentence-transformers files and config, the link's ``defaults`` or the core's default, its source in
+``reasons``; a link's ``configure`` function may refine them."""
 
 from __future__ import annotations
 
@@ -15,15 +12,9 @@ from wde_core.entries import ArchitectureLink, import_target
 
 @dataclass
 class ModelSettings:
-    """Typed model settings, each with its source in ``Pipeline.reasons``.
-
-    ``pooling``: ``cls``/``mean``/``last``/``max``; ``normalize``: L2-normalize embeddings;
-    ``max_model_len``: max tokens per input; ``prompts``/``default_prompt_name``/``include_prompt``:
-    from ``config_sentence_transformers.json`` and the pooling config; ``causal``: causal attention
-    mask; ``position_offset``: added to every position (XLM-R: ``padding_idx + 1``); ``activation``:
-    applied to a classification head's logits (``sigmoid``, ``softmax``, ``identity``, ``tanh``) or
-    ``None`` for models without one; ``extras``: decisions of a plugin's ``configure`` step.
-    """
+    """Typed model settings, each with its source in ``Pipeline.reasons``: ``position_offset`` is added to every
+    position (XLM-R: ``padding_idx + 1``), ``activation`` applies to a classification head's logits, ``extras``
+    holds a plugin's ``configure`` decisions."""
 
     pooling: str
     normalize: bool

@@ -1,9 +1,5 @@
-"""``torch.nn.functional.scaled_dot_product_attention`` over the packed batch, on CPU or GPU.
-
-Sequences are scattered into a ``[B, heads, L, D]`` block for the attention call only (the
-linear layers stay padding-free) with a mask that hides the padding keys and, when causal, the
-future.
-"""
+"""``torch.nn.functional.scaled_dot_product_attention`` over the packed batch, on CPU or GPU: sequences are
+scattered into a ``[B, heads, L, D]`` block for the attention call only, masked where padded (and causal)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Data-parallel executor: model replicas in worker processes, batches dealt by token load.
-
-Each replica is a spawned process that assembles the same pipeline (from the installed plugins),
-loads the weights and runs batches sent over a pipe. A replica that dies is reported; the batches
-it held fail with :class:`ReplicaDiedError` and later batches go to the replicas still alive.
-"""
+"""Data-parallel executor: model replicas in spawned worker processes, batches dealt by token load; a
+replica that dies is reported, its batches fail with :class:`ReplicaDiedError`, later ones go elsewhere."""
 
 from __future__ import annotations
 
@@ -16,6 +12,8 @@ import traceback
 from concurrent.futures import Future
 from typing import Any, Callable
 
+import torch
+
 from wde_core.stages.model_input import ModelInput
 
 logger = logging.getLogger("wde")
@@ -26,8 +24,7 @@ class ReplicaDiedError(RuntimeError):
 
 
 def _replica_main(conn, model: str, engine_args: dict[str, Any]) -> None:
-    """Body of a replica process: build a worker for the pipeline, then serve batches. A failure while
-    starting sends its traceback to the parent, which raises it in :class:`ReplicaDiedError`."""
+    """Body of a replica process: build a worker, then serve batches; a failure to start sends its traceback."""
     from wde_core.pipeline import assemble_pipeline
     from wde_core.stages.worker import worker_factory
 
@@ -69,7 +66,8 @@ class DataParallelExecutor:
 
     def __init__(self, pipeline, make_worker: Callable | None = None) -> None:
         args = pipeline.args
-        self.num_replicas = args.num_replicas or (_cuda_count() if pipeline.device.type == "cuda" else 2)
+        cuda = pipeline.device.type == "cuda"
+        self.num_replicas = args.num_replicas or (max(1, torch.cuda.device_count()) if cuda else 2)
         threads = args.threads_per_replica or max(1, (os.cpu_count() or 1) // self.num_replicas)
         self.max_in_flight = 2 * self.num_replicas
         self.problems: list[str] = []
@@ -173,8 +171,3 @@ class DataParallelExecutor:
             if replica.process.is_alive():
                 replica.process.kill()
 
-
-def _cuda_count() -> int:
-    import torch
-
-    return max(1, torch.cuda.device_count())

@@ -13,13 +13,9 @@ from wde_core.request import Request
 
 @dataclass
 class ModelInput:
-    """A packed batch: ``T`` tokens of ``B`` sequences, laid end to end.
-
-    ``cu_seqlens[b]:cu_seqlens[b+1]`` are sequence ``b``'s tokens; ``positions`` count from the
-    model's position offset within each sequence (they restart for every packed sequence); ``pool_start`` is the first pooled token of each
-    sequence (after a prompt that pooling excludes); ``outputs`` names the outputs the batch's
-    requests asked for (``{"dense"}`` unless a model serves more), so extra heads can be skipped.
-    """
+    """A packed batch: ``T`` tokens of ``B`` sequences laid end to end, ``cu_seqlens[b]:cu_seqlens[b+1]`` being
+    sequence ``b``'s. ``positions`` restart (from the position offset) in every sequence; ``pool_start``: the
+    first pooled token of each (after an excluded prompt); ``outputs``: what the requests asked for."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -42,11 +38,8 @@ class ModelInput:
 
 
 def move_to(obj: Any, device: torch.device | str, *, non_blocking: bool = True) -> Any:
-    """Move the tensors of a dataclass or dict (recursively) to ``device``.
-
-    Copies to the device are non-blocking; pass ``non_blocking=False`` for results copied back to
-    the CPU, which must be complete when read.
-    """
+    """Move the tensors of a dataclass or dict (recursively) to ``device``; pass ``non_blocking=False``
+    for results copied back to the CPU, which must be complete when read."""
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=non_blocking)
     if isinstance(obj, dict):
@@ -80,14 +73,8 @@ class FlatBatchBuilder:
         if requests[0].token_type_ids is not None:
             token_types = torch.tensor([t for r in requests for t in r.token_type_ids], dtype=torch.int64)
         prompt_lens = torch.tensor([r.prompt_len for r in requests], dtype=torch.int64)
-        return ModelInput(
-            input_ids=input_ids,
-            positions=positions,
-            token_type_ids=token_types,
-            cu_seqlens=cu_seqlens,
-            max_seqlen=max(seq_lens),
-            seq_lens=seq_lens,
-            pool_start=cu_seqlens[:-1].long() + prompt_lens,
-            attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal),
-            outputs=frozenset(name for r in requests for name in getattr(r.options, "output", ("dense",))),
-        )
+        outputs = frozenset(name for r in requests for name in getattr(r.options, "output", ("dense",)))
+        return ModelInput(input_ids, positions, token_types, cu_seqlens, max(seq_lens), seq_lens,
+                          pool_start=cu_seqlens[:-1].long() + prompt_lens,
+                          attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal),
+                          outputs=outputs)

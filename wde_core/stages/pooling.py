@@ -46,24 +46,16 @@ def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
 POOLERS = {"cls": pool_cls, "mean": pool_mean, "last": pool_last, "max": pool_max}
 
 
-ACTIVATIONS = {
-    "sigmoid": torch.sigmoid,
-    "identity": lambda logits: logits,
-    "tanh": torch.tanh,
-    "softmax": lambda logits: torch.softmax(logits, dim=-1),
-}
+ACTIVATIONS = {"sigmoid": torch.sigmoid, "identity": lambda logits: logits, "tanh": torch.tanh,
+               "softmax": lambda logits: torch.softmax(logits, dim=-1)}
 
 
 class Pooler:
-    """The device side of every task, run by the worker after the model's forward: pooling, the model's
-    classification head and its activation (as vLLM's pooler does).
+    """The device side of every task, run by the worker after the model's forward (as vLLM's pooler).
 
-    The model's ``forward`` returns hidden states ``[T, H]`` (or a dict holding them as ``"hidden"`` and
-    token-level heads under other names). The pooler returns a dict of float32 tensors, computing only
-    what the batch's requests asked for (``model_input.outputs``): ``"tokens"`` (every token's state),
-    the model's token-level heads, and from the pooled states either ``"dense"`` or, for a model with
-    a ``head(pooled) -> logits`` method, ``"logits"`` and ``"scores"`` (the activation of the logits).
-    """
+    From hidden states ``[T, H]`` (or a dict of them as ``"hidden"`` and token-level heads), a dict of float32
+    tensors holding what the batch asked for: ``"tokens"``, the heads, and ``"dense"`` or, for a model with a
+    ``head(pooled)`` method, ``"logits"`` and ``"scores"`` (their activation)."""
 
     def __init__(self, settings, model) -> None:
         self.pool = POOLERS[settings.pooling]

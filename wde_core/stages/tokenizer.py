@@ -20,15 +20,9 @@ class HFTokenizer:
     def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill each request's token ids. ``truncate``: ``True`` cuts to ``max_model_len``, ``False`` makes
         an over-long input an error, ``"chunk"`` leaves it whole (the task then splits it with :meth:`chunk`)."""
-        encoded = self.tokenizer(
-            [r.text for r in requests],
-            add_special_tokens=True,
-            truncation=truncate is True,
-            max_length=self.max_len if truncate is True else None,
-            return_attention_mask=False,
-            return_token_type_ids=self.uses_token_types,
-            verbose=False,
-        )
+        encoded = self.tokenizer([r.text for r in requests], add_special_tokens=True, truncation=truncate is True,
+                                 max_length=self.max_len if truncate is True else None, return_attention_mask=False,
+                                 return_token_type_ids=self.uses_token_types, verbose=False)
         for i, request in enumerate(requests):
             request.token_ids = encoded["input_ids"][i]
             if self.uses_token_types:
@@ -65,22 +59,20 @@ class HFTokenizer:
         """Raise naming the first input longer than ``max_model_len``."""
         for request in requests:
             if request.num_tokens > self.max_len:
-                raise ValueError(
-                    f"input {request.index}: field 'text' has {request.num_tokens} tokens, more than "
-                    f"max_model_len={self.max_len}; shorten it or pass truncate=True"
-                )
+                raise ValueError(f"input {request.index}: field 'text' has {request.num_tokens} tokens, more than "
+                                 f"max_model_len={self.max_len}; shorten it or pass truncate=True")
 
     def set_prompt_lengths(self, requests: list[Request]) -> None:
-        """Record how many leading tokens belong to the prompt (excluded from pooling).
-
-        As sentence-transformers counts it: the prompt's own token count, less a trailing special
-        token (``[SEP]``, ``</s>``, EOS) the tokenizer adds.
-        """
+        """Record how many leading tokens belong to the prompt (excluded from pooling)."""
         lengths: dict[str, int] = {}
-        special = set(self.tokenizer.all_special_ids)
         for request in requests:
             if request.prompt:
                 if request.prompt not in lengths:
-                    ids = self.tokenizer(request.prompt, add_special_tokens=True)["input_ids"]
-                    lengths[request.prompt] = len(ids) - (1 if ids and ids[-1] in special else 0)
+                    lengths[request.prompt] = prompt_token_count(self.tokenizer, request.prompt)
                 request.prompt_len = min(lengths[request.prompt], request.num_tokens - 1)
+
+
+def prompt_token_count(tokenizer, prompt: str) -> int:
+    """The prompt's tokens as sentence-transformers counts them: less a trailing special token the tokenizer adds."""
+    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)

@@ -1,11 +1,8 @@
 """Reading checkpoints (safetensors, sharded or not, and ``pytorch_model.bin``) into a model.
 
-The model maps checkpoint names to its own parameters with ``map_checkpoint_name(name)``, which
-returns ``(parameter_name, rows)`` or ``None`` for weights it deliberately skips; ``rows`` is
-``None`` or the ``slice`` of dimension 0 that the tensor fills in a parameter stacking several
-checkpoint tensors (a fused QKV projection). Missing, unexpected and mis-shaped weights are
-errors that name them.
-"""
+The model's ``map_checkpoint_name(name)`` returns ``(parameter_name, rows)`` (``rows``: ``None``, or the
+``slice`` of dimension 0 the tensor fills, as in a fused QKV) or ``None`` for a weight it skips. Missing,
+unexpected and mis-shaped weights are errors that name them."""
 
 from __future__ import annotations
 
@@ -37,11 +34,8 @@ def checkpoint_files(directory: Path) -> list[Path]:
 
 def iter_checkpoint(directory: Path, extra_files: Mapping[str, str] | None = None,
                     ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield ``(name, tensor)`` for every weight in the directory, one file at a time.
-
-    ``extra_files`` maps further weight files beside the checkpoint (``torch.save``d state dicts
-    such as bge-m3's ``colbert_linear.pt``) to the prefix their names get.
-    """
+    """Yield ``(name, tensor)`` for every weight in the directory, one file at a time, then those of
+    ``extra_files`` (``torch.save``d state dicts such as bge-m3's ``colbert_linear.pt``, name -> prefix)."""
     for path in checkpoint_files(directory):
         if not path.is_file():
             raise WeightsError(f"weights file {path} is listed in the index but missing")
@@ -86,7 +80,9 @@ def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tens
             unexpected.append(name)
             continue
         target = param.data if rows is None else param.data[rows]
-        check_shape(name, tensor, target)
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise WeightsError(f"weight {name!r} has shape {list(tensor.shape)} in the checkpoint, "
+                               f"the model expects {list(target.shape)}")
         target.copy_(tensor)
         filled[param_name] = filled.get(param_name, 0) + target.shape[0]
     missing = [p for p, param in params.items() if filled.get(p, 0) < param.shape[0]]
@@ -95,13 +91,6 @@ def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tens
         raise WeightsError(f"unexpected weights in the checkpoint{where}: {_names(unexpected)}")
     if missing:
         raise WeightsError(f"weights missing from the checkpoint{where}: {_names(missing)}")
-
-
-def check_shape(name: str, tensor: torch.Tensor, target: torch.Tensor) -> None:
-    """Raise naming ``name`` when the checkpoint tensor does not fit its parameter."""
-    if tuple(tensor.shape) != tuple(target.shape):
-        raise WeightsError(f"weight {name!r} has shape {list(tensor.shape)} in the checkpoint, "
-                           f"the model expects {list(target.shape)}")
 
 
 def _names(names: list[str], limit: int = 8) -> str:

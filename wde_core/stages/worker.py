@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from wde_core.registry import import_target
+from wde_core.entries import import_target
 from wde_core.stages.model_input import ModelInput, move_to
 from wde_core.stages.pooling import Pooler
 from wde_core.stages.weights import iter_checkpoint, load_weights

@@ -1,11 +1,6 @@
-"""Tasks: the table from which ``Engine`` and ``AsyncEngine`` make their front-end methods.
-
-A task (registered through ``wde_register_tasks``) maps each front-end method to a *prepare*
-function ``prepare(engine, *args, **kwargs) -> Call``. The function validates and tokenizes the
-call's inputs before any batch runs and says how the per-request results become the method's
-return value. ``Engine.<method>(...)`` runs the requests and collects; ``AsyncEngine.<method>(...)``
-does the same with the requests of concurrent callers batched together.
-"""
+"""Tasks: the table from which ``Engine`` and ``AsyncEngine`` make their front-end methods; each method's
+*prepare* function, ``prepare(engine, *args, **kwargs) -> Call``, validates and tokenizes a call's inputs
+before any batch runs and says how the per-request results become the method's return value."""
 
 from __future__ import annotations
 

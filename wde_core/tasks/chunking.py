@@ -1,8 +1,5 @@
-"""Long inputs in chunks: split a tokenized input longer than ``max_model_len`` into pieces that each
-fit (every piece wrapped in the special tokens a text gets), embed each piece, and return the
-token-count-weighted mean of the piece embeddings, cut to ``dimensions`` and normalized as the model
-would (vLLM calls this chunked processing). For mean pooling the weighted mean of the pieces' means
-is the mean over every token of every piece."""
+"""Long inputs in chunks (vLLM's chunked processing): each piece of an over-long input fits ``max_model_len``,
+wrapped in a text's special tokens; the result is the token-count-weighted mean of the pieces' embeddings."""
 
 from __future__ import annotations
 

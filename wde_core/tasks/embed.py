@@ -15,14 +15,10 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
            output: str | Sequence[str] = "dense") -> Any:
     """Embed ``texts``: a float32 array ``[n, dim]``, or ``[dim]`` for a single string.
 
-    ``normalize`` and ``dimensions`` override the model's settings (Matryoshka truncation, then
-    renormalization); ``prompt``/``prompt_name`` prepend an instruction. ``truncate``: ``True`` cuts an
-    input longer than ``max_model_len``, ``False`` raises ``ValueError`` naming it, ``"chunk"`` embeds
-    each fitting chunk and returns their token-count-weighted mean, normalized as the model would;
-    ``None`` follows the engine's ``long_inputs`` argument (default: cut). ``output`` names what to
-    return where the model serves more than the dense vector (bge-m3: ``"sparse"``, ``"colbert"``);
-    a tuple of names returns a dict keyed by them.
-    """
+    ``normalize``/``dimensions`` override the model's (Matryoshka); ``prompt``/``prompt_name`` prepend an
+    instruction. ``truncate``: ``True`` cuts an over-long input, ``False`` refuses it, ``"chunk"`` returns the
+    token-weighted mean of its chunks' embeddings, ``None`` follows ``long_inputs``. ``output``: another
+    output a model serves (bge-m3: ``"sparse"``, ``"colbert"``), or a tuple of names for a dict of them."""
     names, _ = parse_output(output)
     check_outputs(names, getattr(engine.output_processor, "outputs", (DENSE,)), engine.pipeline.model.name)
     policy = long_input_policy(engine, truncate, chunk_ok=True)
@@ -39,13 +35,9 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
 
 def embed_tokens(engine, texts: str | Sequence[str], *, normalize: bool = False, prompt: str | None = None,
                  prompt_name: str | None = None, truncate: bool | None = None) -> Any:
-    """Every token's last hidden state: a list of float32 arrays ``[num_tokens, dim]`` (one array for a
-    single string), special tokens included, each vector L2-normalized when ``normalize=True``.
-
-    This is TEI's ``/embed_all``: the input to late chunking or ColBERT-style scoring. ``truncate``:
-    ``True`` cuts, ``False`` refuses an over-long input; ``None`` follows ``long_inputs`` (chunking is
-    refused: token vectors of separate chunks are not one sequence's).
-    """
+    """Every token's last hidden state (TEI's ``/embed_all``): a list of float32 arrays ``[num_tokens, dim]``
+    (one for a single string), special tokens included, each L2-normalized when ``normalize=True``.
+    ``truncate``: ``True`` cuts, ``False`` refuses an over-long input, ``None`` follows ``long_inputs``."""
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize: expected a bool, got {type(normalize).__name__}")
     policy = long_input_policy(engine, truncate, chunk_ok=False)

@@ -1,8 +1,5 @@
-"""The ``rerank`` and ``classify`` tasks: ``score``, ``rerank`` and ``classify``.
-
-The core knows these tasks only by their front ends; a plugin's workflow supplies the input processor
-(pairs or texts), the pair tokenizer, the model's classification head and the output processor.
-"""
+"""The ``rerank`` and ``classify`` tasks (``score``, ``rerank``, ``classify``): the core knows only their front
+ends; a plugin's workflow supplies the input processor, pair tokenizer, head and output processor."""
 
 from __future__ import annotations
 

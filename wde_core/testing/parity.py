@@ -21,12 +21,6 @@ def _pool(states: np.ndarray, pooling: str, start: int) -> np.ndarray:
     raise ValueError(f"assert_matches_hf: pooling {pooling!r} is not one of cls, mean, last, max")
 
 
-def _prompt_len(tokenizer, prompt: str) -> int:
-    """Tokens of the prompt, less a trailing special token, as sentence-transformers counts them."""
-    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
-
-
 def load_hf_model(model_dir) -> Any:
     """The HF reference: ``AutoModel`` with eager attention, float32, eval mode."""
     import torch
@@ -71,6 +65,7 @@ def assert_matches_hf(model_dir, texts: Sequence[str], *, hf_model: Any = None, 
     from transformers import AutoTokenizer
 
     from wde_core import Engine
+    from wde_core.stages.tokenizer import prompt_token_count
 
     model_dir = Path(model_dir)
     texts = list(texts)
@@ -88,7 +83,7 @@ def assert_matches_hf(model_dir, texts: Sequence[str], *, hf_model: Any = None, 
                 reference[key] = hf_token_states(hf_model, tokenizer, [(prompt or "") + t for t in texts],
                                                  settings.max_model_len)
             theirs = reference[key]
-            start = _prompt_len(tokenizer, prompt) if prompt and not settings.include_prompt else 0
+            start = prompt_token_count(tokenizer, prompt) if prompt and not settings.include_prompt else 0
             ours_states = engine.embed_tokens(texts, normalize=False)
             ours_pooled = engine.encode(texts, normalize=False)
         finally:

@@ -71,7 +71,7 @@ def wordpiece_tokenizer(directory, *, lowercase: bool = True, model_max_length: 
 
 
 def bpe_tokenizer(directory, *, model_max_length: int = 512) -> int:
-    """Write a tiny RoBERTa-style byte-level BPE tokenizer, trained on a built-in text, to ``directory``; return its size."""
+    """Write a tiny RoBERTa-style byte-level BPE tokenizer, trained on a built-in text; return its size."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     directory = Path(directory)
