@@ -149,6 +149,8 @@ def test_score_rerank_and_classify_pairs_match_hf(models, name):
     logits = hf_pair_logits(models(name, 1), pairs, max_len)[:, 0]
     assert np.abs(reranker.score(pairs, raw_scores=True) - logits).max() <= TOL
     assert np.abs(reranker.score(pairs) - 1 / (1 + np.exp(-logits))).max() <= TOL
+    same_lengths = reranker.score([pairs[0]] * 3, raw_scores=True)  # one unpadded block: the packed tokens as is
+    assert np.abs(same_lengths - logits[0]).max() <= TOL
     ranked = reranker.rerank(QUERY, DOCS, top_n=3)
     assert [r["index"] for r in ranked] == sorted(range(len(DOCS)), key=lambda i: (-logits[i], i))[:3]
     classifier = Engine(str(models(name, 3)), device="cpu")
@@ -182,6 +184,22 @@ def test_scores_match_sentence_transformers_cross_encoder(models, name):
 
 def engine_rank(directory, docs):
     return Engine(str(directory), device="cpu").rerank(QUERY, docs)
+
+
+def test_blocks_cover_every_sequence_once_within_the_padding_budget():
+    from wde_deberta.layout import PAD_BUDGET, PAD_SLACK, group_lengths, plan_blocks
+
+    lengths = [338, 5, 252, 44, 338, 1, 125, 176, 37, 512, 2, 95, 124]
+    groups = group_lengths(lengths)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        real, padded = sum(lengths[i] ** 2 for i in group), len(group) * max(lengths[i] for i in group) ** 2
+        assert padded <= max(PAD_BUDGET * real, real + PAD_SLACK)
+    starts = np.cumsum([0] + lengths[:-1]).tolist()
+    blocks = plan_blocks(lengths, starts, "cpu")
+    tokens = torch.cat([b.tokens for b in blocks]).sort().values
+    assert torch.equal(tokens, torch.arange(sum(lengths)))  # every packed token in exactly one block
+    assert plan_blocks([7, 7, 7], [0, 7, 14], "cpu")[0].tokens is None
 
 
 def test_list_workflows_and_inspect_explain_the_choices(models, isolated_host):

@@ -8,6 +8,7 @@ in ``after_load_weights`` and pre-scaled, rather than in every forward as HF doe
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -16,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from wde_core.plugin_api import Linear
-from wde_deberta.relative import PaddedLayout, RelativeSpec, disentangled_attention
+from wde_deberta.layout import Block
+from wde_deberta.relative import RelativeSpec, disentangled_attention, plan
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)
@@ -112,14 +114,14 @@ class DebertaLayer(nn.Module):
         self.pos_key = project(getattr(self, "pos_key_proj", None), 1) if self.spec.c2p else None
         self.pos_query = project(getattr(self, "pos_query_proj", None), 0) if self.spec.p2c else None
 
-    def forward(self, x: torch.Tensor, attn_metadata, layout: PaddedLayout | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_metadata, blocks: list[Block] | None) -> torch.Tensor:
         """One layer over the packed tokens ``x [T, H]``."""
-        tokens = x.shape[0]
-        q, k, v = self.qkv(x).view(tokens, 3, self.heads, self.head_dim).unbind(1)
-        if layout is None:  # no relative terms: the engine's attention backend
+        tokens, qkv = x.shape[0], self.qkv(x)
+        if blocks is None:  # no relative terms: the engine's attention backend
+            q, k, v = qkv.view(tokens, 3, self.heads, self.head_dim).unbind(1)
             attended = self.attention.forward(q, k, v, attn_metadata, scale=self.scale).reshape(tokens, -1)
         else:
-            attended = disentangled_attention(q, k, v, self.pos_key, self.pos_query, layout, self.scale)
+            attended = disentangled_attention(qkv, self.heads, self.pos_key, self.pos_query, blocks, self.scale)
         x = self.attn_norm(self.attn_out(attended, residual=x))
         return self.ffn_norm(self.ffn_out(self.ffn_in(x), residual=x))
 
@@ -159,9 +161,12 @@ class DebertaV2Encoder(nn.Module):
         """Last hidden states ``[T, H]`` of every packed token."""
         x = self.embeddings(model_input.input_ids, model_input.positions, model_input.token_type_ids)
         meta = model_input.attn_metadata
-        layout = None if self.spec is None else PaddedLayout.build(meta.seq_lens, self.spec, x.device)
+        blocks = None
+        if self.spec is not None:
+            starts = [0, *itertools.accumulate(meta.seq_lens)][:-1]
+            blocks = plan(meta.seq_lens, starts, self.spec, x.device)
         for layer in self.layers:
-            x = layer(x, meta, layout)
+            x = layer(x, meta, blocks)
         return x
 
     def map_checkpoint_name(self, name: str):

@@ -1,11 +1,10 @@
 """DeBERTa's disentangled attention over a packed batch.
 
 The relative term needs a bias per (query, key) pair and head, which no varlen backend takes, so each
-layer scatters its packed ``q``/``k``/``v`` into a ``[B, heads, L, head_dim]`` block (``L`` the batch's
-longest sequence; positions restart at 0 in every sequence, as in HF's right-padded batch), adds the
-content-to-position and position-to-content terms as a float mask, and makes one SDPA call. Everything
-that depends only on the sequence lengths (scatter index, padded keys, relative-position gather
-indices) is built once per batch in :class:`PaddedLayout` and shared by every layer.
+layer gathers its packed ``qkv`` rows into padded blocks of similar-length sequences
+(:mod:`wde_deberta.layout`), adds the content-to-position and position-to-content terms as a float mask,
+and makes one SDPA call per block. The gather indices of the relative terms depend only on the sequence
+lengths, so :func:`plan` builds them once per batch for every layer.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from wde_deberta.layout import Block, plan_blocks
 
 
 def log_bucket_position(relative_pos: torch.Tensor, bucket_size: int, max_position: int) -> torch.Tensor:
@@ -63,71 +64,62 @@ class RelativeSpec:
         return (distance + self.span).clamp(0, top), (self.span - distance).clamp(0, top)
 
 
-@dataclass
-class PaddedLayout:
-    """Where each packed token sits in the ``[B, L]`` block, which keys are padding, and the gather
-    indices ``[L, L]`` into the used window ``lo:hi`` of the relative-embedding rows."""
-
-    batch: int
-    longest: int
-    pad_index: torch.Tensor | None
-    pad_keys: torch.Tensor | None
-    c2p_index: torch.Tensor
-    p2c_index: torch.Tensor
-    lo: int
-    hi: int
-
-    @classmethod
-    def build(cls, seq_lens: list[int], spec: RelativeSpec, device) -> "PaddedLayout":
-        """Once per batch, from the sequence lengths."""
-        batch, longest = len(seq_lens), max(seq_lens)
-        pad_index = pad_keys = None
-        if min(seq_lens) != longest:
-            lens = torch.tensor(seq_lens, device=device)
-            valid = torch.arange(longest, device=device)[None, :] < lens[:, None]
-            pad_index = valid.flatten().nonzero().squeeze(1)
-            pad_keys = ~valid[:, None, None, :]
-        c2p_rows, p2c_rows = spec.table(longest, device)
-        lo = int(torch.minimum(c2p_rows, p2c_rows).min())
-        hi = int(torch.maximum(c2p_rows, p2c_rows).max()) + 1
-        pair = torch.arange(longest, device=device)
-        offset = pair[:, None] - pair[None, :] + longest - 1  # query i, key j -> distance i - j, shifted
-        return cls(batch, longest, pad_index, pad_keys, c2p_rows[offset] - lo, p2c_rows[offset] - lo, lo, hi)
-
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """``[T, heads, D]`` packed -> ``[B, heads, L, D]`` (zeros where padded)."""
-        if self.pad_index is not None:
-            block = x.new_zeros(self.batch * self.longest, x.shape[1], x.shape[2])
-            x = block.index_copy_(0, self.pad_index, x)
-        return x.view(self.batch, self.longest, x.shape[1], x.shape[2]).transpose(1, 2)
-
-    def unpad(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, heads, L, D]`` -> ``[T, heads * D]``, padding dropped."""
-        x = x.transpose(1, 2).reshape(self.batch * self.longest, -1)
-        return x if self.pad_index is None else x.index_select(0, self.pad_index)
+def plan(seq_lens: list[int], starts: list[int], spec: RelativeSpec, device) -> list[Block]:
+    """The batch's padded blocks, each with its relative gather indices (built once per batch)."""
+    blocks = plan_blocks(seq_lens, starts, device)
+    longest = max(b.longest for b in blocks)
+    c2p_rows, p2c_rows = spec.table(longest, device)
+    for block in blocks:
+        n = block.longest
+        c2p, p2c = c2p_rows[longest - n:longest + n - 1], p2c_rows[longest - n:longest + n - 1]
+        block.lo = int(torch.minimum(c2p, p2c).min())
+        block.hi = int(torch.maximum(c2p, p2c).max()) + 1
+        pair = torch.arange(n, device=device)
+        offset = pair[:, None] - pair[None, :] + n - 1  # query i, key j -> distance i - j, shifted
+        block.c2p_index, block.p2c_index = c2p[offset] - block.lo, p2c[offset] - block.lo
+    return blocks
 
 
-def relative_bias(qb: torch.Tensor, kb: torch.Tensor, pos_key: torch.Tensor | None, pos_query: torch.Tensor | None,
-                  layout: PaddedLayout) -> torch.Tensor | None:
-    """c2p ``q_i . pk[d(i-j)]`` plus p2c ``k_j . pq[d(j-i)]`` as ``[B, heads, L, L]`` (projections pre-scaled)."""
-    shape = (qb.shape[0], qb.shape[1], layout.longest, layout.longest)
+def relative_bias(q: torch.Tensor, k: torch.Tensor, pos_key: torch.Tensor | None, pos_query: torch.Tensor | None,
+                  block: Block) -> torch.Tensor | None:
+    """c2p ``q_i . pk[d(i-j)]`` plus p2c ``k_j . pq[d(j-i)]`` as ``[heads, b, L, L]`` (projections pre-scaled);
+    ``q``/``k`` are ``[heads, b * L, D]``."""
+    heads, b, n = q.shape[0], block.batch, block.longest
+    shape = (heads, b, n, n)
     bias = None
     if pos_key is not None:
-        scores = torch.matmul(qb, pos_key[:, layout.lo:layout.hi].transpose(-1, -2))
-        bias = torch.gather(scores, -1, layout.c2p_index.expand(shape))
+        scores = torch.bmm(q, pos_key[:, block.lo:block.hi].transpose(-1, -2)).view(heads, b, n, -1)
+        bias = torch.gather(scores, -1, block.c2p_index.expand(shape))
     if pos_query is not None:
-        scores = torch.matmul(kb, pos_query[:, layout.lo:layout.hi].transpose(-1, -2))
-        term = torch.gather(scores, -1, layout.p2c_index.expand(shape)).transpose(-1, -2)
+        scores = torch.bmm(k, pos_query[:, block.lo:block.hi].transpose(-1, -2)).view(heads, b, n, -1)
+        term = torch.gather(scores, -1, block.p2c_index.expand(shape)).transpose(-1, -2)
         bias = term.contiguous() if bias is None else bias.add_(term)
     return bias
 
 
-def disentangled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos_key: torch.Tensor | None,
-                           pos_query: torch.Tensor | None, layout: PaddedLayout, scale: float) -> torch.Tensor:
-    """Packed ``q``/``k``/``v`` ``[T, heads, D]`` -> ``[T, heads * D]``: one SDPA call with the relative bias."""
-    qb, kb, vb = layout.pad(q), layout.pad(k), layout.pad(v)
-    bias = relative_bias(qb, kb, pos_key, pos_query, layout)
-    if layout.pad_keys is not None:
-        bias = ~layout.pad_keys if bias is None else bias.masked_fill_(layout.pad_keys, float("-inf"))
-    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, scale=scale)
-    return layout.unpad(out)
+def attend_block(qkv: torch.Tensor, heads: int, pos_key: torch.Tensor | None, pos_query: torch.Tensor | None,
+                 block: Block, scale: float) -> torch.Tensor:
+    """One padded block, head-major: SDPA's batch is the heads, its heads the sequences, so the relative terms
+    are plain ``bmm`` calls per head. Returns ``[n, heads * D]`` for the block's real tokens."""
+    rows = qkv if block.src is None else qkv.index_select(0, block.src)
+    b, n = block.batch, block.longest
+    q, k, v = rows.view(b * n, 3, heads, -1).permute(1, 2, 0, 3).unbind(0)  # each [heads, b * L, D]
+    bias = relative_bias(q, k, pos_key, pos_query, block)
+    if block.pad_keys is not None:
+        keys = block.pad_keys.view(1, b, 1, n)
+        bias = ~keys if bias is None else bias.masked_fill_(keys, float("-inf"))
+    q, k, v = (x.view(heads, b, n, -1) for x in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)  # [heads, b, L, D]
+    out = out.permute(1, 2, 0, 3).reshape(b * n, -1)
+    return out if block.rows is None else out.index_select(0, block.rows)
+
+
+def disentangled_attention(qkv: torch.Tensor, heads: int, pos_key: torch.Tensor | None,
+                           pos_query: torch.Tensor | None, blocks: list[Block], scale: float) -> torch.Tensor:
+    """Packed ``qkv`` ``[T, 3 * heads * D]`` -> ``[T, heads * D]``, block by block."""
+    if blocks[0].tokens is None:
+        return attend_block(qkv, heads, pos_key, pos_query, blocks[0], scale)
+    out = qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
+    for block in blocks:
+        out.index_copy_(0, block.tokens, attend_block(qkv, heads, pos_key, pos_query, block, scale))
+    return out
