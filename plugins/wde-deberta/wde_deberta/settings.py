@@ -23,6 +23,6 @@ def describe_attention(config) -> str:
     shared = "keys shared with content (share_att_key)" if getattr(config, "share_att_key", False) \
         else "own position projections"
     absolute = "plus absolute positions" if getattr(config, "position_biased_input", True) else "no absolute positions"
-    return (f"disentangled ({spec.describe()}; {shared}; {absolute}): computed by the model as one SDPA call "
-            "per layer over the batch padded to its longest sequence, the relative terms as a per-pair bias; "
-            "the attention backend is not used")
+    return (f"disentangled ({spec.describe()}; {shared}; {absolute}): computed by the model in padded blocks "
+            "of similar-length sequences, one SDPA call per block and layer with the relative terms as a "
+            "per-pair bias; the attention backend is not used")
