@@ -68,8 +68,11 @@ class Running:
                **server.env}
         argv = [a.replace("{port}", str(self.port)) for a in server.argv]
         with open(self.log_path, "w") as log:
+            # a process group of its own, but the same session (and so the same scheduler autogroup, which
+            # --autogroup-nice sets) as this script
+            group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
+                                         env=env, **group)
         start = time.perf_counter()
         while not self._healthy():
             if self.proc.poll() is not None:
@@ -159,6 +162,23 @@ def busy_cpus(seconds: float = 2.0) -> float | None:
     except OSError:
         return None
     return (busy1 - busy0) / max(1, total1 - total0) * (os.cpu_count() or 1)
+
+
+def set_autogroup_nice(nice: int) -> int | None:
+    """Give this session's scheduler autogroup the priority ``nice``; returns the one it had (None: unchanged).
+
+    With autogroups, a process's own nice value only counts within its session, so `nice -n -15` alone
+    does not win the CPUs from other sessions' processes.
+    """
+    try:
+        with open("/proc/self/autogroup") as f:
+            before = int(f.read().split("nice")[1])
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(nice))
+        return before
+    except (OSError, IndexError, ValueError) as exc:
+        print(f"--autogroup-nice {nice}: {exc}; going on without it", flush=True)
+        return None
 
 
 def short_texts(corpus: list[str], n: int) -> list[str]:
@@ -286,8 +306,20 @@ def main() -> None:
                          help="run vLLM with its default compilation instead of --enforce-eager")
     for name in ("wde", "vllm", "infinity"):
         options.add_argument(f"--skip-{name}", action="store_true")
+    options.add_argument("--autogroup-nice", type=int, default=None,
+                         help="Linux: the scheduler priority of this run's session (this script, its client, "
+                              "the servers) against other sessions on a shared machine, e.g. -15 (root)")
     args = options.parse_args()
+    nice_before = set_autogroup_nice(args.autogroup_nice) if args.autogroup_nice is not None else None
+    try:
+        run(args)
+    finally:
+        if nice_before is not None:
+            set_autogroup_nice(nice_before)
 
+
+def run(args) -> None:
+    """Measure every server, round after round, and report."""
     import numpy as np
     import torch
     from transformers import AutoTokenizer
@@ -327,7 +359,10 @@ def main() -> None:
         for r in range(args.rounds):
             busy = busy_cpus()
             if busy is not None and busy > 0.2:
-                print(f"WARNING: other processes keep {busy:.1f} CPUs busy: these figures are not comparable",
+                print(f"WARNING: other processes keep {busy:.1f} CPUs busy: "
+                      + (f"this run's session has priority (autogroup nice {args.autogroup_nice}), yet the "
+                         "figures may suffer" if args.autogroup_nice is not None and args.autogroup_nice < 0 else
+                         "these figures are not comparable (run it alone, or with --autogroup-nice -15)"),
                       flush=True)
             encode_ms.append(encode_p50(engine, lone_texts) * 1e3)
             print(f"round {r + 1}: in-process Engine.encode p50 {encode_ms[-1]:.2f} ms"
