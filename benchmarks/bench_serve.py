@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_serve.py [--rounds 2] [--requests 2000] [--lone 200] [--threads 2]
            [--vllm-python PATH] [--infinity-python PATH] [--skip-wde] [--skip-vllm] [--skip-infinity]
-           [--vllm-compile] [--json PATH]
+           [--vllm-compile] [--json PATH] [--autogroup-nice -15]
 (`nox -s bench-serve` builds vLLM's and Infinity's virtualenvs and runs it; arguments after `--` come here.)
 
 Every server runs all-MiniLM-L6-v2 (the packaged default model) in fp32 with 2 threads, on 127.0.0.1, and
@@ -19,7 +19,8 @@ max length, as every server truncates), the same count for every server. Prints 
 p50/p99 latency (medians over rounds), the ratios, and the issue's acceptance figures. A benchmark: it
 exits 0 whatever it measures (a server that fails to start is reported and left out). The client runs on
 the same cores as the server (its CPU is part of every server's load alike); other busy processes make
-the figures meaningless, so each round first says how many CPUs other processes keep busy.
+the figures meaningless, so each round first says how many CPUs other processes keep busy (on a shared
+Linux machine, --autogroup-nice -15 gives this run the CPUs first).
 """
 
 from __future__ import annotations
