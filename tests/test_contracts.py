@@ -119,10 +119,11 @@ def code_lines(path: Path) -> int:
                if line.strip() and not line.strip().startswith("#"))
 
 
-# Issue 10 asks for under 2,700; the task table, token_embed, chunking, the typed settings and the
-# plugin-author kit took core + wde-bert from 2,471 to about 3,250 lines (docstrings counted). This
-# ratchet keeps it from growing while the next change brings it down.
-LINE_RATCHET = 3300
+# Issue 10 asks for under 2,700, which is NOT met: the task table, token_embed, chunking, the typed
+# settings, the plugin-author kit and the server's core hooks took core + wde-bert from 2,471 to about
+# 3,260 lines (docstrings counted); a simplification pass with no feature removed brought it to 3,015.
+# This ratchet keeps it from growing while later changes bring it down.
+LINE_RATCHET = 3020
 
 
 def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():

@@ -1,9 +1,5 @@
-"""wde: the Workflow Defined Engine for prefill-only transformer models.
-
-``from wde_core import Engine``; plugins extend it through the hooks in :mod:`wde_core.hookspecs` and
-import what they use from :mod:`wde_core.plugin_api`. Names resolve lazily, so ``from wde_core import
-hookimpl`` does not import torch.
-"""
+"""wde: the Workflow Defined Engine for prefill-only transformer models. ``from wde_core import Engine``;
+plugins use :mod:`wde_core.hookspecs` and :mod:`wde_core.plugin_api`. Names resolve lazily (no torch on import)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Output processor of the embed and token_embed tasks, on the host: dimensions and normalization.
-
-Pooling happened on the device (:class:`wde_core.stages.pooling.Pooler`, run by the worker); this
-stage only shapes each request's result.
-"""
+"""Output processor of the embed and token_embed tasks, on the host: dimensions and normalization (pooling
+happened on the device, in :class:`wde_core.stages.pooling.Pooler`)."""
 
 from __future__ import annotations
 

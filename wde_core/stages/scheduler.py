@@ -9,11 +9,8 @@ from wde_core.request import Request
 
 
 class TokenBudgetScheduler:
-    """First come, first served; each batch holds at most ``max_num_batched_tokens`` tokens and
-    ``max_num_seqs`` sequences, so batch size follows the inputs' lengths, not a row count.
-
-    Requests added together (one ``encode`` call) are queued longest first, so each batch holds
-    sequences of similar length and attention pads little."""
+    """First come, first served; each batch holds at most ``max_num_batched_tokens`` tokens and ``max_num_seqs``
+    sequences. Requests added together are queued longest first, so attention pads little."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens

@@ -14,22 +14,16 @@ from wde_core.tasks import Call, long_input_policy
 
 def score(engine, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
           truncate: bool | None = None) -> Any:
-    """Relevance scores of ``(query, document)`` pairs, float32 ``[n]`` in input order.
-
-    Single-logit models give ``sigmoid(logit)`` (as sentence-transformers' CrossEncoder and TEI do)
-    unless the model's config names another activation; ``raw_scores=True`` gives the logits. With
-    ``truncate=True`` an over-long pair loses document tokens, never query tokens; ``False`` refuses it.
-    """
+    """Relevance scores of ``(query, document)`` pairs, float32 ``[n]``: ``sigmoid(logit)`` unless the config names
+    another activation, the logits with ``raw_scores=True``. ``truncate=True`` cuts documents, never queries."""
     requests = _scoring_requests(engine, pairs, raw_scores, truncate)
     return Call(requests, lambda results: np.asarray(results, dtype=np.float32))
 
 
 def rerank(engine, query: str, documents: Sequence[str], *, top_n: int | None = None,
            return_documents: bool = False, raw_scores: bool = False, truncate: bool | None = None) -> Any:
-    """Score ``documents`` against ``query``: ``[{"index", "score"[, "document"]}]``, best first.
-
-    Ties keep input order; ``top_n`` keeps the best N; an empty ``documents`` list gives ``[]``.
-    """
+    """Score ``documents`` against ``query``: ``[{"index", "score"[, "document"]}]``, best first (ties in input
+    order), the best ``top_n`` only if given."""
     check_rerank_arguments(query, documents, top_n)
     if len(documents) == 0:
         return Call([], lambda results: [])
@@ -39,10 +33,8 @@ def rerank(engine, query: str, documents: Sequence[str], *, top_n: int | None = 
 
 
 def classify(engine, texts: str | Sequence[Any], *, raw_scores: bool = False, truncate: bool | None = None) -> Any:
-    """Per-label probabilities ``{label: p}`` (labels from ``id2label``) for each text or text pair.
-
-    ``raw_scores=True`` gives the logits instead; a single string (or one pair tuple) gives one dict.
-    """
+    """Per-label probabilities ``{label: p}`` (from ``id2label``) for each text or text pair (the logits with
+    ``raw_scores=True``); a single string or pair gives one dict."""
     requests = _scoring_requests(engine, texts, raw_scores, truncate)
     single = isinstance(texts, (str, tuple))
     return Call(requests, lambda results: results[0] if single else results)

@@ -26,12 +26,8 @@ def _named(plugin: Any) -> tuple[str, Any]:
 
 @contextmanager
 def plugin_host(*plugins: Any, use_entry_points: bool = True) -> Iterator[PluginHost]:
-    """Yield a loaded ``PluginHost`` holding ``plugins`` as the process-wide host, restoring the previous one.
-
-    Each plugin is a module object, an import path (``"my_plugin.plugin"``) or a ``(name, object)``
-    pair; a module's default name is its top package with ``_`` turned into ``-``. With
-    ``use_entry_points=False`` only the core and the given plugins are loaded.
-    """
+    """Yield a loaded ``PluginHost`` holding ``plugins`` (modules, import paths or ``(name, object)`` pairs) as
+    the process-wide host, restoring the previous one; ``use_entry_points=False`` loads only the core and them."""
     extra = [_named(p) for p in plugins]
     previous = get_plugin_host()
     host = PluginHost(use_entry_points=use_entry_points).load(extra_plugins=extra)

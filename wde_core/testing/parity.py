@@ -57,11 +57,8 @@ def _max_diff(ours, theirs, backend: str, what: str, index: int, atol: float) ->
 
 def assert_matches_hf(model_dir, texts: Sequence[str], *, hf_model: Any = None, atol: float = 1e-4,
                       attention_backends: Sequence[str] = ("torch_sdpa", "eager"), **engine_args: Any) -> dict:
-    """Compare wde's token states and pooled outputs with the HF model's for each attention backend.
-
-    Returns ``{backend: {"token_states": max_abs_diff, "pooled": max_abs_diff}}``; raises
-    ``AssertionError`` naming the backend, what differed, the text index and the max abs diff.
-    """
+    """Compare wde's token states and pooled outputs with the HF model's for each attention backend: returns
+    ``{backend: {"token_states": diff, "pooled": diff}}`` (max abs), raises ``AssertionError`` naming a misfit."""
     from transformers import AutoTokenizer
 
     from wde_core import Engine

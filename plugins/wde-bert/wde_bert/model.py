@@ -11,16 +11,10 @@ from wde_core.plugin_api import Linear
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)
-_LAYER_NAMES = {
-    "attention.self.query": ("qkv", 0),
-    "attention.self.key": ("qkv", 1),
-    "attention.self.value": ("qkv", 2),
-    "attention.output.dense": ("attn_out", None),
-    "attention.output.LayerNorm": ("attn_norm", None),
-    "intermediate.dense": ("ffn_in", None),
-    "output.dense": ("ffn_out", None),
-    "output.LayerNorm": ("ffn_norm", None),
-}
+_LAYER_NAMES = {"attention.self.query": ("qkv", 0), "attention.self.key": ("qkv", 1),
+                "attention.self.value": ("qkv", 2), "attention.output.dense": ("attn_out", None),
+                "attention.output.LayerNorm": ("attn_norm", None), "intermediate.dense": ("ffn_in", None),
+                "output.dense": ("ffn_out", None), "output.LayerNorm": ("ffn_norm", None)}
 
 
 class BertEmbeddings(nn.Module):
