@@ -26,7 +26,8 @@ DOCS = ["The quick brown fox jumps over the lazy dog.", "Stock markets fell shar
         "A fox is a small omnivorous mammal.", "", "dogs " * 200, "Foxes and dogs are both canids."]
 # v3-like: odd sizes, shared keys, log buckets (exact within 4, log-spaced beyond), relative LayerNorm,
 # no absolute positions, no token types. v2-like: own position projections, distances clamped at 16,
-# absolute positions added, two token types; and two sparser variants.
+# absolute positions added, two token types; and sparser variants: c2p only, no relative attention, and
+# relative attention with no pos_att_type (HF keeps the relative table but adds nothing from it).
 CONFIGS = {
     "v3-buckets": dict(hidden_size=72, num_attention_heads=3, intermediate_size=101, max_position_embeddings=64,
                        position_buckets=8, max_relative_positions=-1, share_att_key=True, norm_rel_ebd="layer_norm",
@@ -40,6 +41,9 @@ CONFIGS = {
     "no-relative": dict(hidden_size=48, num_attention_heads=4, intermediate_size=64, max_position_embeddings=40,
                         relative_attention=False, position_biased_input=True, type_vocab_size=2,
                         pos_att_type=["p2c", "c2p"]),
+    "unused-table": dict(hidden_size=48, num_attention_heads=4, intermediate_size=64, max_position_embeddings=40,
+                         position_buckets=8, norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+                         pos_att_type=[]),
 }
 MAIN = ["v3-buckets", "v2-clamped"]
 
@@ -122,7 +126,7 @@ def test_every_length_in_packed_mixed_batches_matches_hf(models, name, num_label
     assert np.abs(ours - theirs).max() <= TOL
 
 
-@pytest.mark.parametrize("name", ["c2p-only", "no-relative"])
+@pytest.mark.parametrize("name", ["c2p-only", "no-relative", "unused-table"])
 def test_sparser_configs_match_hf(models, name):
     directory = models(name, 1)
     hf = hf_model(directory)

@@ -174,10 +174,10 @@ class DebertaV2Encoder(nn.Module):
         name = name.removeprefix(self.checkpoint_prefix)
         if name.startswith(self.skipped_prefixes) or self.skips_position_embeddings(name):
             return None
-        if name.startswith("encoder.rel_embeddings."):
-            return name.removeprefix("encoder."), None
-        if name.startswith("encoder.LayerNorm."):
-            return name.replace("encoder.LayerNorm.", "rel_norm."), None
+        if name.startswith(("encoder.rel_embeddings.", "encoder.LayerNorm.")):
+            if self.spec is None:  # relative_attention without a pos_att_type: the table is never used
+                return None
+            return name.replace("encoder.LayerNorm.", "rel_norm.").removeprefix("encoder."), None
         match = _LAYER.match(name)
         if match is None:
             return name, None
