@@ -27,12 +27,13 @@ def pool_last(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
 
 
 def pool_mean(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
-    """The mean of each sequence's tokens (after an excluded prompt), summed in float32."""
-    seq_of_token, pooled = _segments(model_input, hidden)
-    sums = hidden.new_zeros(model_input.num_seqs, hidden.shape[1], dtype=torch.float32)
-    sums.index_add_(0, seq_of_token[pooled], hidden[pooled].float())
-    counts = torch.bincount(seq_of_token[pooled], minlength=model_input.num_seqs).clamp(min=1)
-    return sums / counts[:, None]
+    """The mean of each sequence's tokens (after an excluded prompt), in float32: one ``[B, T] @ [T, H]``
+    product with each sequence's averaging weights (faster on CPU than a scatter over the tokens)."""
+    tokens = torch.arange(hidden.shape[0], device=hidden.device)
+    start, stop = model_input.pool_start.to(hidden.device), model_input.cu_seqlens[1:].to(hidden.device).long()
+    inside = (tokens[None, :] >= start[:, None]) & (tokens[None, :] < stop[:, None])
+    weights = inside.float() / (stop - start).clamp(min=1)[:, None].float()
+    return weights @ hidden.float()
 
 
 def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:

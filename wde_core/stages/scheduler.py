@@ -39,6 +39,7 @@ class TokenBudgetScheduler:
                 break
             batch.append(self.waiting.popleft())
             tokens += n
+        batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding
         return batch
 
     def clear(self) -> None:

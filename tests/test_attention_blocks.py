@@ -1,0 +1,51 @@
+"""CPU attention in blocks of similar-length sequences equals the eager reference, and plans few blocks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from wde_core.attention.blocks import group_runs, plan_blocks
+from wde_core.attention.eager import EagerAttention
+from wde_core.attention.sdpa import SdpaAttention
+
+
+def packed(seq_lens, heads, kv_heads, dim, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(seq_lens)
+    return (torch.randn(total, heads, dim, generator=gen, dtype=dtype),
+            torch.randn(total, kv_heads, dim, generator=gen, dtype=dtype),
+            torch.randn(total, kv_heads, dim, generator=gen, dtype=dtype))
+
+
+def cu(seq_lens):
+    return torch.tensor([0] + list(torch.tensor(seq_lens).cumsum(0)), dtype=torch.int32)
+
+
+LENGTHS = [[7], [5, 5, 5], [40, 39, 39, 12, 12, 11, 3, 1], [1, 90, 2, 90, 17], list(range(64, 0, -3))]
+
+
+@pytest.mark.parametrize("seq_lens", LENGTHS, ids=[str(len(s)) for s in LENGTHS])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_blocked_sdpa_equals_eager(seq_lens, causal, kv_heads):
+    q, k, v = packed(seq_lens, 4, kv_heads, 16)
+    eager, sdpa = EagerAttention(), SdpaAttention()
+    reference = eager.forward(q, k, v, eager.build_metadata(seq_lens, cu(seq_lens), causal))
+    meta = sdpa.build_metadata(seq_lens, cu(seq_lens), causal)
+    assert (meta.blocks is not None) == (len(set(seq_lens)) > 1)
+    torch.testing.assert_close(sdpa.forward(q, k, v, meta), reference, atol=1e-5, rtol=1e-5)
+
+
+def test_runs_of_equal_lengths_are_views_and_padding_stays_within_budget():
+    random.seed(0)
+    lens = sorted((random.randint(8, 256) for _ in range(60)), reverse=True)
+    blocks = plan_blocks(lens, causal=False)
+    assert sum(b.stop - b.start for b in blocks) == sum(lens) and len(blocks) < len(lens) // 2
+    for b, group in zip(blocks, group_runs(lens)):
+        real = sum(n * n for n in group)
+        assert b.n * b.longest ** 2 <= max(1.25 * real, real + 64 * 64)
+        assert (b.src is None) == (min(group) == max(group))
+    assert [len(g) for g in group_runs([30, 30, 30, 30])] == [4]
