@@ -61,13 +61,13 @@ class AsyncEngine:
         """Run a front-end method by name: prepared on the tokenizer thread, batched with other callers."""
         return await self.submit(partial(self.engine.prepare, method, *args, **kwargs))
 
-    async def submit(self, prepare: Callable[[], Call]) -> Any:
-        """Run ``prepare()`` on the tokenizer thread, queue its requests with other callers', and await
-        its collected results: how a server runs calls it prepares itself."""
+    async def submit(self, prepare: Callable[[], Call], *, inline: bool = False) -> Any:
+        """Run ``prepare()`` on the tokenizer thread (on the event loop itself when ``inline``: cheaper for a
+        few short texts), queue its requests with other callers', and await its collected results."""
         if self._closed or not self._thread.is_alive():
             raise RuntimeError("AsyncEngine is closed" if self._closed else "the engine loop has stopped")
         loop = asyncio.get_running_loop()
-        prepared = await loop.run_in_executor(self._tokenizer_thread, prepare)
+        prepared = prepare() if inline else await loop.run_in_executor(self._tokenizer_thread, prepare)
         requests = prepared.requests
         if not requests:
             return prepared.collect([])

@@ -41,12 +41,19 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.3f}"
 
 
-async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing) -> Any:
-    """Prepare on the tokenizer thread, run batched with other callers, collect; ``timing`` filled in.
+INLINE_CHARS = 2048  # a call this short is tokenized on the event loop: cheaper than a hop to the tokenizer thread
 
-    Bad input (``ValueError``/``TypeError`` while preparing) becomes a 400 naming what was wrong."""
+
+def is_small(inputs: Sequence[Any]) -> bool:
+    """Whether a call's inputs are few and short enough to tokenize on the event loop."""
+    return len(inputs) <= 4 and sum(len(x) for x in inputs) <= INLINE_CHARS
+
+
+async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *, inline: bool = False) -> Any:
+    """Prepare on the tokenizer thread (``inline``: on the loop), run batched with other callers, collect;
+    ``timing`` filled in. Bad input (``ValueError``/``TypeError`` while preparing) becomes a 400 naming it."""
     try:
-        return await model.engine.submit(lambda: _timed(prepare, timing))
+        return await model.engine.submit(lambda: _timed(prepare, timing), inline=inline)
     except RuntimeError as exc:
         if model.alive():
             raise

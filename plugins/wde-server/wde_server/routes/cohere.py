@@ -7,7 +7,7 @@ import uuid
 from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
-from wde_server.calls import Timing, embed_call, run
+from wde_server.calls import Timing, embed_call, is_small, run
 from wde_server.encoding import by_type
 from wde_server.errors import ApiError
 from wde_server.models import ServedModel
@@ -44,7 +44,7 @@ async def embed(body: CohereEmbedRequest, request: Request):
     prepare = embed_call(model, body.texts, truncate=TRUNCATE[body.truncate], field_name="texts",
                          options=EmbedOptions(dimensions=body.output_dimension),
                          prompt_name=prompt_for_input_type(model, body.input_type))
-    vectors = await run(model, prepare, timing)
+    vectors = await run(model, prepare, timing, inline=is_small(body.texts))
     response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=by_type(vectors, body.embedding_types, model.ranges),
                                    texts=body.texts, meta=Meta(billed_units=BilledUnits(input_tokens=timing.tokens)))
     return answer(request, response, timing, model)

@@ -9,7 +9,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
-from wde_server.calls import Timing, classify_call, embed_call, run, score_call
+from wde_server.calls import Timing, classify_call, embed_call, is_small, run, score_call
 from wde_server.encoding import to_base64
 from wde_server.errors import ApiError
 from wde_server.routes.common import answer, as_list, check_batch, model_for
@@ -30,7 +30,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     policy = "end" if request.app.state.options.auto_truncate else "error"
     prepare = embed_call(model, inputs, truncate=policy, field_name="input",
                          options=EmbedOptions(dimensions=body.dimensions))
-    vectors = await run(model, prepare, timing)
+    vectors = await run(model, prepare, timing, inline=is_small(inputs))
     encode = to_base64 if body.encoding_format == "base64" else np.ndarray.tolist
     data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)

@@ -7,7 +7,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
-from wde_server.calls import Timing, classify_call, embed_call, run, token_embed_call
+from wde_server.calls import Timing, classify_call, embed_call, is_small, run, token_embed_call
 from wde_server.errors import ApiError
 from wde_server.routes.common import answer, as_list, check_batch, model_for, prompt_for, truncation
 from wde_server.schemas.tei import (SparseValue, TeiDecodeRequest, TeiEmbedAllRequest, TeiEmbedRequest, TeiInfo,
@@ -27,7 +27,7 @@ async def embed(body: TeiEmbedRequest, request: Request, model: str | None = Non
     prepare = embed_call(served, inputs, truncate=truncation(body.truncate, body.truncation_direction, request),
                          field_name="inputs", options=EmbedOptions(normalize=body.normalize, dimensions=body.dimensions),
                          prompt_name=prompt_for(served, body.prompt_name))
-    vectors = await run(served, prepare, timing)
+    vectors = await run(served, prepare, timing, inline=is_small(inputs))
     return answer(request, vectors.tolist(), timing, served)
 
 
