@@ -91,7 +91,7 @@ def hf_engine(path: str, texts: list[str], max_len: int, batch_size: int = 32):
 
 def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
     """p50 seconds of ``encode(SHORT_REQUEST)`` and of the bare model forward for that input."""
-    requests = engine.prepare_embed([SHORT_REQUEST])
+    requests = engine.prepare("encode", [SHORT_REQUEST]).requests
     model_input = engine.builder.build(requests)
     model = engine.executor.worker.model
 
@@ -119,7 +119,7 @@ def main() -> None:
     base = Engine(device="cpu", dtype="float32", num_threads=args.threads)
     path, max_len = str(base.pipeline.model.path), base.pipeline.settings.max_model_len
     texts = load_corpus(args.n)
-    tokens = sum(r.num_tokens for r in base.prepare_embed(texts))
+    tokens = sum(r.num_tokens for r in base.prepare("encode", texts).requests)
     flops = linear_flops_per_token(base.pipeline.model.config)
     peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"{len(texts)} wiki paragraphs, {tokens} tokens (truncated at {max_len}); {args.threads} threads; "

@@ -66,7 +66,7 @@ def run(path: str, args) -> None:
                     enable_bidirectional=False)
     reference = sentence_transformer(path, args.max_len)
     texts = load_corpus(args.n)
-    requests = engine.prepare_embed(texts)
+    requests = engine.prepare("encode", texts).requests
     tokens = sum(r.num_tokens for r in requests)
     print(f"model {engine.pipeline.model.name} ({engine.pipeline.model.config.model_type}); {len(texts)} wiki "
           f"paragraphs, {tokens} tokens at {args.max_len}; EOS: {engine.pipeline.reasons.get('eos', 'n/a')}; "

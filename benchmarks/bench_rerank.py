@@ -62,8 +62,7 @@ def main() -> None:
 
 def run(engine, reference, pairs, args) -> None:
     """Alternate wde and CrossEncoder over the pairs; print the medians and the ratio."""
-    tokens = sum(r.num_tokens for r in engine.prepare_requests("rerank", "score", pairs, raw_scores=False,
-                                                                truncate=True))
+    tokens = sum(r.num_tokens for r in engine.prepare("score", pairs, truncate=True).requests)
     print(f"model {engine.pipeline.model.name}; {len(pairs)} (title, paragraph) pairs, {tokens} tokens after "
           f"truncation at {engine.pipeline.settings.max_model_len}; threads {torch.get_num_threads()}; fp32")
     engine.score(pairs[:32]), reference.predict(pairs[:32])  # warm-up
