@@ -1,7 +1,7 @@
-"""The decoder over packed sequences: Qwen2, Llama and Mistral differ only by their configs.
+"""The decoder over packed sequences: Qwen2, Qwen3, Llama and Mistral differ only by their configs.
 
 Pre-norm layers of RoPE attention (grouped key/value heads, fused q/k/v) and a SwiGLU feed-forward
-(fused gate/up), RMSNorm. Whether attention is causal is the attention backend's business: the
+(fused gate/up), RMSNorm; Qwen3 adds a per-head RMSNorm of q and k before RoPE. Whether attention is causal is the attention backend's business: the
 builder puts ``settings.causal`` into the metadata, and no code here looks at it.
 """
 
@@ -25,6 +25,9 @@ def projection_biases(config) -> tuple[bool, bool, bool]:
     and Mistral follow ``attention_bias`` and ``mlp_bias`` (absent means no bias)."""
     if config.model_type == "qwen2":
         return True, False, False
+    if config.model_type == "qwen3":  # attention_bias on q/k/v and o_proj; the MLP never has biases
+        attention_bias = bool(getattr(config, "attention_bias", False))
+        return attention_bias, attention_bias, False
     attention_bias = bool(getattr(config, "attention_bias", False))
     return attention_bias, attention_bias, bool(getattr(config, "mlp_bias", False))
 
@@ -56,12 +59,20 @@ class DecoderAttention(nn.Module):
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
         self.o_proj = Linear(self.q_size, config.hidden_size, bias=o_bias)
+        self.qk_norm = config.model_type == "qwen3"  # Qwen3: RMSNorm over each q and k head, before RoPE
+        if self.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def forward(self, x, cos, sin, attn_metadata, residual) -> torch.Tensor:
         """``residual + o_proj(attention(x))`` over the packed tokens."""
         tokens = x.shape[0]
         qk, v = self.qkv_proj(x).split((self.q_size + self.kv_size, self.kv_size), dim=-1)
-        qk = rotate(qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)  # q and k at once
+        qk = qk.view(tokens, self.num_heads + self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = qk.split((self.num_heads, self.num_kv_heads), dim=1)
+            qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=1)
+        qk = rotate(qk, cos, sin)  # q and k at once
         q, k = qk.split((self.num_heads, self.num_kv_heads), dim=1)
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         attended = self.attention.forward(q, k, v, attn_metadata)
@@ -102,7 +113,7 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderEmbedder(nn.Module):
-    """A Qwen2/Llama/Mistral base model: packed tokens in, final-norm hidden states ``[T, H]`` out.
+    """A Qwen2/Qwen3/Llama/Mistral base model: packed tokens in, final-norm hidden states ``[T, H]`` out.
 
     Loads ``*Model`` and ``*ForCausalLM`` checkpoints alike: the ``model.`` prefix is dropped and
     the language-model head is skipped.

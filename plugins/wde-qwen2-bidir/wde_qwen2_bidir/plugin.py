@@ -1,5 +1,5 @@
 """Registers the decoder-embedding workflow, its engine arguments and tokenizer, and the decoder
-architectures (Qwen2, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike)."""
+architectures (Qwen2, Qwen3, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,14 @@ CONFIGURE = "wde_qwen2_bidir.attention_mode:configure"
 ARCHITECTURES = {
     "Qwen2Model": "Qwen2 decoder: RoPE, GQA, RMSNorm, SwiGLU, q/k/v biases",
     "Qwen2ForCausalLM": "Qwen2 decoder (language-model head skipped): RoPE, GQA, RMSNorm, SwiGLU, q/k/v biases",
+    "Qwen3Model": "Qwen3 decoder (Qwen3-Embedding): RoPE, GQA, RMSNorm, q/k head norms, SwiGLU",
+    "Qwen3ForCausalLM": "Qwen3 decoder (language-model head skipped): RoPE, GQA, RMSNorm, q/k head norms, SwiGLU",
     "LlamaModel": "Llama decoder: RoPE (llama3 scaling), GQA, RMSNorm, SwiGLU",
     "LlamaForCausalLM": "Llama decoder (language-model head skipped): RoPE (llama3 scaling), GQA, RMSNorm, SwiGLU",
     "MistralModel": "Mistral decoder: RoPE, GQA, RMSNorm, SwiGLU; max length capped at the sliding window",
     "MistralForCausalLM": "Mistral decoder (language-model head skipped); max length capped at the sliding window",
 }
-# Every known decoder embedder normalizes its embeddings (gte-Qwen2, e5-mistral, LLM2Vec).
+# Every known decoder embedder normalizes its embeddings (gte-Qwen2, Qwen3-Embedding, e5-mistral, LLM2Vec).
 DEFAULTS = {"pooling": "last", "normalize": True, "causal": True}
 
 

@@ -1,0 +1,23 @@
+"""Qwen3 prompt formats: the embedder's instruction prefix and the reranker's chat template."""
+
+from __future__ import annotations
+
+QWEN3_EMBED_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+QWEN3_RERANK_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+# As Qwen3-Reranker's model card formats a pair: a system/user turn, then the assistant's empty think block.
+RERANK_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+                 "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                 "<|im_start|>user\n")
+RERANK_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+def qwen3_query_prompt(task: str = QWEN3_EMBED_TASK) -> str:
+    """The Qwen3-Embedding query prefix, ``"Instruct: {task}\\nQuery:"`` (documents take none)."""
+    return f"Instruct: {task}\nQuery:"
+
+
+def qwen3_rerank_text(query: str, document: str, instruction: str | None = None) -> str:
+    """One (query, document) pair in Qwen3-Reranker's prompt, ending where the model says yes or no."""
+    instruction = QWEN3_RERANK_TASK if instruction is None else instruction
+    body = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+    return RERANK_PREFIX + body + RERANK_SUFFIX
