@@ -197,3 +197,48 @@ def test_list_workflows_and_inspect(wde, st_dirs, tmp_path):
         assert f"pooling: {pooling} (default of wde-rope-encoders)" in lines, text
         assert "max_model_len: 45 (config.json max_position_embeddings)" in lines, text
         assert f"workflow: embed ({arch} is linked to 'embed' for task 'embed' by wde-rope-encoders)" in lines, text
+
+
+
+def rewrite_weights(directory, out, tensors):
+    """Copy ``directory`` to ``out`` with ``tensors`` as its only checkpoint file."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    shutil.copytree(directory, out)
+    (out / "model.safetensors").unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("name", ["nomic-odd", "gte-odd"])
+def test_transformers_parameter_names_load(tmp_path, name):
+    # save_pretrained writes the remote-code names (encoder.layers.N.attn.Wqkv, fc11, new.*, up_gate_proj, ...),
+    # which every other test reads; a state dict saved as is has transformers' names (q_proj, gate_proj, ...)
+    directory = save_random(tmp_path / "saved", name, seed=7)
+    reference = HF[CONFIGS[name][0]][1].from_pretrained(directory, attn_implementation="eager").eval()
+    assert any(".q_proj." in k for k in reference.state_dict())
+    renamed = rewrite_weights(directory, tmp_path / "renamed", reference.state_dict())
+    report = assert_matches_hf(renamed, TEXTS, hf_model=reference, attention_backends=BACKENDS)
+    print(f"\n{name} with transformers' names: {report}")
+
+
+def test_nomic_remote_code_config_matches_hf(tmp_path):
+    """nomic-embed-text-v1.5's config.json keys (n_embd, rotary_emb_base, swiglu, ...) as its remote code reads them."""
+    directory = save_random(tmp_path / "native", "nomic-odd", seed=7, max_position_embeddings=2048)
+    reference = NomicBertModel.from_pretrained(directory, attn_implementation="eager").eval()
+    config = json.loads((directory / "config.json").read_text())
+    original = {"n_embd": config["hidden_size"], "n_head": config["num_attention_heads"],
+                "n_layer": config["num_hidden_layers"], "n_inner": config["intermediate_size"],
+                "layer_norm_epsilon": config["layer_norm_eps"], "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+                "activation_function": "swiglu", "prenorm": False, "qkv_proj_bias": False, "n_positions": 8192,
+                "max_trained_positions": 2048, "vocab_size": config["vocab_size"], "type_vocab_size": 2,
+                "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "rotary_scaling_factor": None}
+    (directory / "config.json").write_text(json.dumps(original))
+    assert Engine(str(directory), device="cpu").pipeline.settings.max_model_len == 2048  # = max_trained_positions
+    report = assert_matches_hf(directory, TEXTS, hf_model=reference, attention_backends=BACKENDS)
+    print(f"\nremote-code config: {report}")
+    (directory / "config.json").write_text(json.dumps({**original, "rotary_emb_interleaved": True}))
+    with pytest.raises(ValueError, match="rotary_emb_interleaved=True is not supported"):
+        Engine(str(directory), device="cpu")

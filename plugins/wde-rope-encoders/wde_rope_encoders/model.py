@@ -10,6 +10,7 @@ from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import Linear
 from wde_qwen2_bidir.rope import RotaryTables, head_dim, rope_type, rotate
+from wde_rope_encoders.original import adopt_original_keys
 
 _PREFIXES = ("nomic_bert.", "gte.", "new.")
 _SKIPPED = ("pooler.", "cls.", "lm_head.", "classifier.", "embeddings.position_ids", "embeddings.token_type_ids")
@@ -90,6 +91,7 @@ class RopeEncoder(nn.Module):
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
+        config = adopt_original_keys(config)  # nomic-ai's remote-code config keys, if that is how it is written
         rope_type(config)  # refuse an unsupported RoPE before allocating anything
         max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
         self.embeddings = RopeEncoderEmbeddings(config)
