@@ -15,7 +15,7 @@ _REFUSED = {"prenorm": False, "parallel_block": False, "rotary_emb_interleaved":
 
 
 def adopt_original_keys(config):
-    """``config``, or a copy with nomic-ai's remote-code keys moved to transformers' names (refusing options not implemented)."""
+    """``config``, or a copy with nomic-ai's remote-code keys under transformers' names (unsupported ones refused)."""
     if getattr(config, "n_embd", None) is None:
         return config
     for key, implemented in _REFUSED.items():

@@ -14,7 +14,7 @@ ARCHITECTURES = {
 
 @hookimpl
 def wde_register_architectures(register):
-    """NomicBert (mean pooling) and GTE v2 (CLS) embed with the core's embed workflow, unless the directory says otherwise."""
+    """NomicBert (mean pooling) and GTE v2 (CLS) use the core's embed workflow unless the directory says otherwise."""
     for architecture, (pooling, description) in ARCHITECTURES.items():
         register(ArchitectureLink(
             architecture=architecture,
