@@ -1,5 +1,6 @@
 """Registers the decoder-embedding workflow, its engine arguments and tokenizer, and the decoder
-architectures (Qwen2, Qwen3, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike)."""
+architectures (Qwen2, Qwen3, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike); and
+Qwen3-Reranker as an LLM yes/no reranker (workflow ``llm-rerank``)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,27 @@ ARCHITECTURES = {
 DEFAULTS = {"pooling": "last", "normalize": True, "causal": True}
 
 
+RERANK = "wde_qwen2_bidir.rerank_stages"
+
+
 @hookimpl
 def wde_register_engine_args(register):
-    """The core's engine arguments plus ``enable_bidirectional``."""
+    """The core's engine arguments plus ``enable_bidirectional``; for the LLM reranker, ``instruction``."""
     register("decoder", "wde_qwen2_bidir.engine_args:DecoderEngineArgs",
              "the core's arguments plus enable_bidirectional (True, False, or None to follow the model)")
+    register("llm-rerank", f"{RERANK}:LlmRerankEngineArgs", "the core's arguments plus instruction (the rerank task)")
+
+
+@hookimpl
+def wde_register_input_processors(register):
+    """(query, document) pairs for the LLM reranker."""
+    register("llm-pairs", f"{RERANK}:PairInputProcessor", "(query, document) pairs, checked before any work")
+
+
+@hookimpl
+def wde_register_output_processors(register):
+    """One yes/no score per pair."""
+    register("yes-no-score", f"{RERANK}:YesNoScoreOutputProcessor", "sigmoid(logit yes - logit no) per pair")
 
 
 @hookimpl
@@ -36,6 +53,7 @@ def wde_register_tokenizers(register):
     """The core's fast tokenizer, appending EOS when the tokenizer config asks and the tokenizer does not."""
     register("hf-fast-eos", "wde_qwen2_bidir.tokenizer:EosAppendingTokenizer",
              "the model's fast tokenizer; EOS appended when tokenizer_config.json has add_eos_token")
+    register("qwen3-rerank", f"{RERANK}:Qwen3RerankTokenizer", "pairs in Qwen3-Reranker's chat prompt")
 
 
 @hookimpl
@@ -43,6 +61,9 @@ def wde_register_workflows(register):
     """The core's embed workflow with the decoder's tokenizer and engine arguments."""
     register(replace(EMBED_WORKFLOW, name=WORKFLOW, tokenizer="hf-fast-eos", engine_args="decoder",
                      description="texts -> decoder last hidden states -> pooled (last token by default) embeddings"))
+    register(replace(EMBED_WORKFLOW, name="llm-rerank", input_processor="llm-pairs", tokenizer="qwen3-rerank",
+                     output_processor="yes-no-score", engine_args="llm-rerank",
+                     description="(query, document) pairs -> chat prompt -> sigmoid(logit yes - logit no)"))
 
 
 @hookimpl
@@ -58,3 +79,11 @@ def wde_register_architectures(register):
             description=description,
             configure=CONFIGURE,
         ))
+    register(ArchitectureLink(
+        architecture="Qwen3ForCausalLM", task="rerank", workflow="llm-rerank",
+        model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
+        defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
+        variant="qwen3-reranker", matches="wde_qwen2_bidir.llm_rerank:is_qwen3_reranker",
+        configure="wde_qwen2_bidir.llm_rerank:configure_rerank",
+        description="Qwen3-Reranker: an LLM yes/no reranker (task='rerank' forces it)",
+    ))

@@ -16,8 +16,12 @@ def qwen3_query_prompt(task: str = QWEN3_EMBED_TASK) -> str:
     return f"Instruct: {task}\nQuery:"
 
 
-def qwen3_rerank_text(query: str, document: str, instruction: str | None = None) -> str:
-    """One (query, document) pair in Qwen3-Reranker's prompt, ending where the model says yes or no."""
+def qwen3_rerank_body(query: str, document: str, instruction: str | None = None) -> str:
+    """The middle of Qwen3-Reranker's prompt, ``<Instruct>: ...\n<Query>: ...\n<Document>: ...``."""
     instruction = QWEN3_RERANK_TASK if instruction is None else instruction
-    body = f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
-    return RERANK_PREFIX + body + RERANK_SUFFIX
+    return f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
+
+
+def qwen3_rerank_text(query: str, document: str, instruction: str | None = None) -> str:
+    """One (query, document) pair in Qwen3-Reranker's whole prompt, ending where the model says yes or no."""
+    return RERANK_PREFIX + qwen3_rerank_body(query, document, instruction) + RERANK_SUFFIX

@@ -1,0 +1,86 @@
+"""Qwen3-Reranker as an LLM yes/no reranker: the decoder, then only the "yes" and "no" rows of the
+language-model head at the last token of each sequence; score = sigmoid(logit(yes) - logit(no)).
+
+Recognised by the ``qwen3-reranker`` variant of ``Qwen3ForCausalLM`` (the model's name, path or
+``_name_or_path``) and forced by the engine argument ``task="rerank"``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wde_qwen2_bidir.attention_mode import read_config_json
+from wde_qwen2_bidir.model import DecoderEmbedder
+
+KNOWN_RERANKERS = ("qwen3-reranker",)
+ANSWERS = ("yes", "no")
+
+
+def is_qwen3_reranker(directory) -> str | None:
+    """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names a Qwen3-Reranker."""
+    names = [str(directory.name), str(directory.path), str(read_config_json(directory.path).get("_name_or_path") or "")]
+    for fragment in KNOWN_RERANKERS:
+        for name in names:
+            if fragment in name.lower():
+                return f"LLM yes/no reranker ({fragment!r} in {name!r})"
+    return None
+
+
+def answer_token_ids(path) -> list[int]:
+    """The ids of the single tokens "yes" and "no" in the model's tokenizer; ``ValueError`` if either is missing."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    ids = []
+    for answer in ANSWERS:
+        token_id = tokenizer.convert_tokens_to_ids(answer)
+        if token_id is None or token_id == tokenizer.unk_token_id:
+            raise ValueError(f"model at {path}: the tokenizer has no single token {answer!r}, which an LLM "
+                             "yes/no reranker scores")
+        ids.append(int(token_id))
+    return ids
+
+
+def configure_rerank(settings, directory, args, reasons: dict[str, str]) -> None:
+    """Causal attention, last-token pooling, sigmoid, and the yes/no token ids (in ``settings.extras``)."""
+    from wde_qwen2_bidir.rope import rope_type
+
+    rope_type(directory.config)
+    settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"
+    reasons["causal"] = "causal attention: an LLM reranker reads its prompt as the language model does"
+    reasons["pooling"] = "last token: the position where the model answers yes or no"
+    settings.extras["answer_token_ids"] = answer_token_ids(directory.path)
+    reasons["activation"] = (f"sigmoid(logit('yes') - logit('no')) at the last token (token ids "
+                             f"{settings.extras['answer_token_ids']}), as Qwen3-Reranker's model card scores")
+
+
+class Qwen3YesNoReranker(DecoderEmbedder):
+    """The decoder plus a two-row head: the language-model head's "yes" and "no" rows, nothing else."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.answer_ids = list(settings.extras["answer_token_ids"])
+        self.tied = bool(getattr(config, "tie_word_embeddings", False))
+        if not self.tied:  # the full head is read, then cut to its two rows in after_load_weights
+            self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
+        self.answer_rows = None
+
+    def after_load_weights(self) -> None:
+        """RoPE tables, then keep only the "yes" and "no" rows of the head (tied: of the embeddings)."""
+        super().after_load_weights()
+        source = self.embed_tokens.weight if self.tied else self.lm_head
+        self.answer_rows = nn.Parameter(source.detach()[self.answer_ids].clone(), requires_grad=False)
+        if not self.tied:
+            del self.lm_head
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B, 1]``: logit("yes") - logit("no") of each sequence's last token."""
+        logits = pooled @ self.answer_rows.T
+        return logits[:, :1] - logits[:, 1:]
+
+    def map_checkpoint_name(self, name: str):
+        """The decoder's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
+        if name == "lm_head.weight" and not self.tied:
+            return "lm_head", None
+        return super().map_checkpoint_name(name)
