@@ -80,16 +80,25 @@ def bench_mpnet(path: str, args) -> None:
 
 
 def bench_electra(path: str, args) -> None:
-    """wde ``score`` against ``CrossEncoder.predict`` over (title, paragraph) pairs (bench_rerank's run)."""
+    """wde ``score`` against ``CrossEncoder.predict`` over (title, paragraph) pairs."""
     from sentence_transformers import CrossEncoder
 
-    from bench_rerank import load_pairs, run
+    from bench_rerank import load_pairs
     from wde_core import Engine
 
     engine = Engine(path, dtype="float32", device="cpu", num_threads=args.threads)
-    reference = CrossEncoder(path, device="cpu", max_length=engine.pipeline.settings.max_model_len)
-    print(f"\n== ELECTRA cross-encoder ({path})")
-    run(engine, reference, load_pairs(args.queries, args.docs), args)
+    max_len = engine.pipeline.settings.max_model_len
+    reference = CrossEncoder(path, device="cpu", max_length=max_len)
+    pairs = load_pairs(args.queries, args.docs)
+    tokens = sum(r.num_tokens for r in engine.prepare("score", pairs, raw_scores=False, truncate=True).requests)
+    print(f"\n== ELECTRA cross-encoder ({path}): {len(pairs)} (title, paragraph) pairs, {tokens} tokens after "
+          f"truncation at {max_len}; threads {torch.get_num_threads()}; fp32")
+    engine.score(pairs[:16]), reference.predict(pairs[:16])  # warm-up
+    medians, outputs = measure({"wde": timed(lambda: engine.score(pairs)), "CrossEncoder": timed(
+        lambda: reference.predict(pairs, batch_size=args.st_batch_size))}, args.rounds, tokens)
+    print_ratio(medians, "wde", "CrossEncoder")
+    print(f"max abs score difference: {np.abs(outputs['wde'] - outputs['CrossEncoder']).max():.2e} "
+          f"(score spread {np.std(outputs['CrossEncoder']):.3f})")
 
 
 def main() -> None:
