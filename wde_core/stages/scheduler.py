@@ -10,7 +10,8 @@ from wde_core.request import Request
 
 class TokenBudgetScheduler:
     """First come, first served; each batch holds at most ``max_num_batched_tokens`` tokens and ``max_num_seqs``
-    sequences. Requests added together are queued longest first, so attention pads little."""
+    sequences. Requests added together are queued longest first, and each batch is put longest first, so
+    equal lengths sit side by side and attention pads little."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
