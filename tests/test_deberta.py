@@ -181,13 +181,9 @@ def test_scores_match_sentence_transformers_cross_encoder(models, name):
             theirs = reference.predict(pairs, activation_fn=torch.nn.Identity()).ravel()
         cosine = float(ours @ theirs / (np.linalg.norm(ours) * np.linalg.norm(theirs)))
         assert cosine >= 0.99999 and np.abs(ours - theirs).max() <= TOL, (num_labels, cosine)
-    ranked, theirs = engine_rank(models(name, 1), docs), CrossEncoder(str(models(name, 1)), device="cpu").rank(
-        QUERY, docs)
+    ranked = Engine(str(models(name, 1)), device="cpu").rerank(QUERY, docs)
+    theirs = CrossEncoder(str(models(name, 1)), device="cpu").rank(QUERY, docs)
     assert [r["index"] for r in ranked] == [r["corpus_id"] for r in theirs]
-
-
-def engine_rank(directory, docs):
-    return Engine(str(directory), device="cpu").rerank(QUERY, docs)
 
 
 def test_blocks_cover_every_sequence_once_within_the_padding_budget():
