@@ -1,0 +1,43 @@
+"""bfloat16 on CPU: ``wde inspect`` says what it would give on this CPU, and its accuracy against float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import minilm_path, wiki_paragraphs
+from wde_core import Engine
+from wde_core.cli import cli
+
+
+def cpu_flags() -> set[str]:
+    path = Path("/proc/cpuinfo")
+    if not path.exists():
+        return set()
+    return set(next((line for line in path.read_text().splitlines() if line.startswith("flags")), "").split())
+
+
+def test_inspect_says_what_bfloat16_would_give_on_this_cpu(isolated_host):
+    isolated_host.register_commands(cli)
+    out = CliRunner().invoke(cli, ["inspect", "--device", "cpu"])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.strip().startswith("dtype:"))
+    flags = cpu_flags()
+    if "amx_bf16" in flags or "avx512_bf16" in flags:
+        assert "dtype='bfloat16'" in line and ("AMX-BF16" in line or "AVX512-BF16" in line), line
+    explicit = CliRunner().invoke(cli, ["inspect", "--device", "cpu", "--dtype", "bfloat16"])
+    assert "bfloat16   (engine argument dtype)" in explicit.output, explicit.output
+
+
+@pytest.mark.slow
+def test_bfloat16_stays_within_the_stated_tolerance_on_2000_wiki_paragraphs():
+    texts = wiki_paragraphs(2000)
+    with Engine(str(minilm_path()), device="cpu") as fp32, Engine(str(minilm_path()), device="cpu",
+                                                                   dtype="bfloat16") as bf16:
+        reference, low = fp32.encode(texts), bf16.encode(texts)
+    cosine = (reference * low).sum(1)  # both normalized
+    print(f"bf16 vs fp32 on {len(texts)} paragraphs: min cosine {cosine.min():.6f}, median {np.median(cosine):.6f}")
+    assert cosine.min() >= 0.9995
