@@ -270,7 +270,8 @@ ROUTES = ["/v1/embeddings", "/v2/embed", "/v1/rerank", "/v2/rerank", "/embed", "
 def test_fuzzed_bodies_never_get_a_5xx(server):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
-    leaves = st.none() | st.booleans() | st.integers(-5, 40_000) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
+    leaves = (st.none() | st.booleans() | st.integers(-5, 40_000) | st.floats(allow_nan=False, allow_infinity=False)
+              | st.text(max_size=30))
     values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(FIELDS + ["text"]), inner, max_size=3), max_leaves=12)
     bodies = st.dictionaries(st.sampled_from(FIELDS), values, max_size=5) | values

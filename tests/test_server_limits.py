@@ -16,7 +16,8 @@ from wde_server.options import ServerOptions
 
 KEY = "s3cret-key"
 INFERENCE = [("/v1/embeddings", {"input": "hi"}), ("/v2/embed", {"texts": ["hi"]}), ("/embed", {"inputs": "hi"}),
-             ("/embed_all", {"inputs": "hi"}), ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}}),
+             ("/embed_all", {"inputs": "hi"}),
+             ("/similarity", {"inputs": {"source_sentence": "a", "sentences": ["b"]}}),
              ("/score", {"text_1": "a", "text_2": "b"}), ("/tokenize", {"inputs": "hi"}), ("/decode", {"ids": [101]}),
              ("/rerank", {"query": "a", "texts": ["b"]}), ("/v1/rerank", {"query": "a", "documents": ["b"]})]
 

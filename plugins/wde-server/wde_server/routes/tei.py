@@ -25,7 +25,8 @@ async def embed(body: TeiEmbedRequest, request: Request, model: str | None = Non
     check_batch(request, inputs, "inputs", 422)
     timing = Timing()
     prepare = embed_call(served, inputs, truncate=truncation(body.truncate, body.truncation_direction, request),
-                         field_name="inputs", options=EmbedOptions(normalize=body.normalize, dimensions=body.dimensions),
+                         field_name="inputs",
+                         options=EmbedOptions(normalize=body.normalize, dimensions=body.dimensions),
                          prompt_name=prompt_for(served, body.prompt_name))
     vectors = await run(served, prepare, timing, inline=is_small(inputs))
     return answer(request, vectors.tolist(), timing, served)
