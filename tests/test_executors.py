@@ -31,6 +31,8 @@ def test_executors_give_the_synchronous_results(tiny_st_bert_dir, expected, exec
         assert engine.pipeline.components["executor"].name == executor
         assert np.abs(engine.encode(TEXTS) - expected).max() <= 1e-6
         assert engine.encode("one more").shape == (64,)
+    with pytest.raises(RuntimeError, match="is closed; build a new Engine"):
+        engine.encode("after close")
 
 
 @pytest.fixture

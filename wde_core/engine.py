@@ -83,6 +83,8 @@ class Engine:
     def prepare(self, method: str, *args: Any, **kwargs: Any) -> Call:
         """Validate and tokenize a front-end call (``TypeError`` for a task this model does not serve);
         raises before any batch runs."""
+        if self.__dict__.get("closed"):
+            raise RuntimeError(f"this engine ({self.pipeline.model.name!r}) is closed; build a new Engine")
         task = self._task_of(method)
         if self.task not in task.link_tasks:
             registry = self.pipeline.host.registry
@@ -157,7 +159,8 @@ class Engine:
             future.exception()
 
     def close(self) -> None:
-        """Release the executor and its workers."""
+        """Release the executor and its workers; later calls raise ``RuntimeError``."""
+        self.closed = True
         self.executor.shutdown()
 
     def __enter__(self) -> "Engine":
