@@ -12,8 +12,8 @@ import torch
 from transformers import AutoTokenizer, BertModel
 
 from conftest import save_random_bert
+from packed_reference import random_requests, reference_states, wde_states
 from wde_core import Engine
-from wde_core.request import Request
 
 BACKENDS = ["torch_sdpa", "eager"]
 CONFIGS = {
@@ -33,43 +33,6 @@ def bert_case(request, tmp_path_factory):
     directory = save_random_bert(tmp_path_factory.mktemp(request.param), seed=7, **CONFIGS[request.param])
     reference = BertModel.from_pretrained(directory, attn_implementation="eager").eval()
     return directory, reference
-
-
-def random_requests(config, lengths, seed=0, *, lowest_id=0) -> list[Request]:
-    """Requests of the given lengths with random token ids (from ``lowest_id``) and, where the model
-    has several token types, random token types."""
-    gen = torch.Generator().manual_seed(seed)
-    requests = []
-    for i, n in enumerate(lengths):
-        ids = torch.randint(lowest_id, config.vocab_size, (n,), generator=gen).tolist()
-        types = torch.randint(0, config.type_vocab_size, (n,), generator=gen).tolist()
-        requests.append(Request(index=i, text="", token_ids=ids,
-                                token_type_ids=types if config.type_vocab_size > 1 else None))
-    return requests
-
-
-def reference_states(reference, requests: list[Request]) -> list[torch.Tensor]:
-    """HF last hidden states of each request (padded batch, attention mask), unpadded."""
-    longest = max(r.num_tokens for r in requests)
-    ids = torch.zeros(len(requests), longest, dtype=torch.long)
-    types = torch.zeros_like(ids)
-    mask = torch.zeros_like(ids)
-    for b, r in enumerate(requests):
-        ids[b, : r.num_tokens] = torch.tensor(r.token_ids)
-        if r.token_type_ids is not None:
-            types[b, : r.num_tokens] = torch.tensor(r.token_type_ids)
-        mask[b, : r.num_tokens] = 1
-    with torch.no_grad():
-        out = reference(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
-    return [out[b, : r.num_tokens] for b, r in enumerate(requests)]
-
-
-def wde_states(engine: Engine, requests: list[Request]) -> list[torch.Tensor]:
-    """wde's token states for the requests, packed into one batch."""
-    model_input = engine.builder.build(requests)
-    with torch.inference_mode():
-        hidden = engine.executor.worker.model(model_input)
-    return list(torch.split(hidden, model_input.seq_lens))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, ElectraConfig, ElectraForSequenceClassification, ElectraModel
 
-from test_bert_parity import random_requests, reference_states, wde_states
+from packed_reference import random_requests, reference_states, wde_states
 from wde_core import Engine
 from wde_core.cli import cli
 from wde_core.testing import assert_matches_hf, save_random_model

@@ -12,9 +12,9 @@ import torch
 from click.testing import CliRunner
 from transformers import GteConfig, GteModel, NomicBertConfig, NomicBertForMaskedLM, NomicBertModel
 
+from packed_reference import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.cli import cli
-from wde_core.request import Request
 from wde_core.testing import assert_matches_hf, save_random_model
 
 TOL = 1e-4
@@ -53,38 +53,6 @@ def case(request, tmp_path_factory):
     return directory, hf_class.from_pretrained(directory, attn_implementation="eager").eval()
 
 
-def random_requests(vocab_size: int, lengths, seed=0) -> list[Request]:
-    """Requests of the given lengths with random token ids from 5 up (above the tokenizer's specials)."""
-    gen = torch.Generator().manual_seed(seed)
-    return [Request(index=i, text="", token_ids=torch.randint(5, vocab_size, (n,), generator=gen).tolist())
-            for i, n in enumerate(lengths)]
-
-
-def reference_states(reference, requests) -> list[torch.Tensor]:
-    """HF last hidden states of each request (right-padded, attention mask), unpadded."""
-    longest = max(r.num_tokens for r in requests)
-    ids = torch.zeros(len(requests), longest, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, r in enumerate(requests):
-        ids[b, : r.num_tokens] = torch.tensor(r.token_ids)
-        mask[b, : r.num_tokens] = 1
-    with torch.no_grad():
-        out = reference(input_ids=ids, attention_mask=mask).last_hidden_state
-    return [out[b, : r.num_tokens] for b, r in enumerate(requests)]
-
-
-def packed_diff(engine, reference, requests) -> float:
-    """Max abs difference of wde's token states (the requests packed into one batch) from HF's."""
-    model_input = engine.builder.build(requests)
-    with torch.inference_mode():
-        ours = torch.split(engine.executor.worker.model(model_input), model_input.seq_lens)
-    diffs = []
-    for mine, theirs in zip(ours, reference_states(reference, requests)):
-        assert mine.shape == theirs.shape
-        diffs.append((mine - theirs).abs().max().item())
-    return max(diffs)
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_token_states_match_hf_on_packed_batches(case, backend):
     directory, reference = case
@@ -94,7 +62,7 @@ def test_token_states_match_hf_on_packed_batches(case, backend):
     assert engine.pipeline.settings.position_offset == 0
     lengths = list(range(1, max_len + 1))
     np.random.default_rng(3).shuffle(lengths)
-    requests = random_requests(reference.config.vocab_size, lengths)
+    requests = random_requests(reference.config, lengths, lowest_id=5, with_types=False)
     worst = max(packed_diff(engine, reference, requests[i: i + 9]) for i in range(0, len(requests), 9))
     print(f"\n{directory.name} {backend}: token states max abs diff {worst:.3g}")
     assert worst <= TOL
@@ -104,7 +72,8 @@ def test_equal_length_batches(case):
     directory, reference = case
     engine = Engine(str(directory), device="cpu", attention_backend="torch_sdpa")
     for n in (1, 7, reference.config.max_position_embeddings):
-        assert packed_diff(engine, reference, random_requests(reference.config.vocab_size, [n] * 5, seed=n)) <= TOL
+        requests = random_requests(reference.config, [n] * 5, seed=n, lowest_id=5, with_types=False)
+        assert packed_diff(engine, reference, requests) <= TOL
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])

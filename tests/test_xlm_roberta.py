@@ -9,7 +9,8 @@ import torch
 from transformers import AutoModel, AutoTokenizer, XLMRobertaConfig, XLMRobertaModel
 
 from conftest import write_tokenizer
-from test_bert_parity import BACKENDS, TOL, random_requests, reference_states, wde_states
+from packed_reference import random_requests, reference_states, wde_states
+from test_bert_parity import BACKENDS, TOL
 from wde_core import Engine
 
 CONFIGS = {
