@@ -13,11 +13,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from bench_rerank import load_pairs
-from common import measure, parser, print_ratio, timed
+from bench_rerank import load_pairs, run
+from common import parser
 
 
 def deberta_v3_base(directory: Path) -> str:
@@ -57,21 +56,6 @@ def main() -> None:
         engine = Engine(path, dtype="float32", device="cpu", num_threads=args.threads)
         reference = CrossEncoder(path, device="cpu", max_length=engine.pipeline.settings.max_model_len)
         run(engine, reference, load_pairs(args.queries, args.docs), args)
-
-
-def run(engine, reference, pairs, args) -> None:
-    """Alternate wde and CrossEncoder over the pairs; print the medians, the ratio and the differences."""
-    tokens = sum(r.num_tokens for r in engine.prepare("score", pairs, truncate=True).requests)
-    print(f"model {engine.pipeline.model.name}; {len(pairs)} (title, paragraph) pairs, {tokens} tokens after "
-          f"truncation at {engine.pipeline.settings.max_model_len}; threads {torch.get_num_threads()}; fp32")
-    engine.score(pairs[:8]), reference.predict(pairs[:8])  # warm-up
-    medians, outputs = measure({"wde": timed(lambda: engine.score(pairs)), "CrossEncoder": timed(
-        lambda: reference.predict(pairs, batch_size=args.st_batch_size))}, args.rounds, tokens)
-    print_ratio(medians, "wde", "CrossEncoder")
-    logits = engine.score(pairs, raw_scores=True)
-    reference_logits = reference.predict(pairs, batch_size=args.st_batch_size, activation_fn=torch.nn.Identity())
-    print(f"max abs difference: scores {np.abs(outputs['wde'] - outputs['CrossEncoder']).max():.2e}, "
-          f"logits {np.abs(logits - reference_logits).max():.2e} (logit spread {np.std(reference_logits):.2f})")
 
 
 if __name__ == "__main__":

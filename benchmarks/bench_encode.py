@@ -25,9 +25,13 @@ def main() -> None:
     from wde_core import Engine
 
     engine = Engine(args.model, dtype="float32", device="cpu", num_threads=args.threads)
+    run(engine, SentenceTransformer(str(engine.pipeline.model.path), device="cpu"), load_corpus(args.n), args)
+
+
+def run(engine, reference, texts, args) -> None:
+    """Alternate wde ``encode`` and ``SentenceTransformer.encode`` over ``texts``; print the medians, the ratio
+    and the smallest cosine between the two."""
     path = str(engine.pipeline.model.path)
-    reference = SentenceTransformer(path, device="cpu")
-    texts = load_corpus(args.n)
     max_len = engine.pipeline.settings.max_model_len
     tokens = sum(len(ids) for ids in engine.tokenizer.tokenizer(texts, truncation=True, max_length=max_len)["input_ids"])
     print(f"model {engine.pipeline.model.name} ({path})")

@@ -14,10 +14,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from common import load_corpus, measure, parser, print_ratio, timed
+from common import load_corpus, parser
 
 BASE = dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, intermediate_size=3072)
 
@@ -61,44 +60,25 @@ def bench_mpnet(path: str, args) -> None:
     """wde ``encode`` against ``SentenceTransformer.encode`` over wiki paragraphs."""
     from sentence_transformers import SentenceTransformer
 
+    from bench_encode import run
     from wde_core import Engine
 
+    print(f"\n== MPNet ({path})")
     engine = Engine(path, dtype="float32", device="cpu", num_threads=args.threads)
-    reference = SentenceTransformer(path, device="cpu")
-    texts = load_corpus(args.n)
-    max_len = engine.pipeline.settings.max_model_len
-    tokens = sum(len(ids) for ids in engine.tokenizer.tokenizer(texts, truncation=True, max_length=max_len)["input_ids"])
-    print(f"\n== MPNet ({path}): {len(texts)} wiki paragraphs, {tokens} tokens after truncation at {max_len}; "
-          f"threads {torch.get_num_threads()}; fp32; attention {engine.pipeline.components['attention_backend'].name}")
-    engine.encode(texts[:32]), reference.encode(texts[:32])  # warm-up
-    medians, outputs = measure({"wde": timed(lambda: engine.encode(texts)), "sentence-transformers": timed(
-        lambda: reference.encode(texts, batch_size=args.st_batch_size))}, args.rounds, tokens)
-    a, b = outputs["wde"], outputs["sentence-transformers"]
-    cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    print_ratio(medians, "wde", "sentence-transformers")
-    print(f"min cosine wde vs sentence-transformers: {cosine.min():.7f}")
+    run(engine, SentenceTransformer(path, device="cpu"), load_corpus(args.n), args)
 
 
 def bench_electra(path: str, args) -> None:
     """wde ``score`` against ``CrossEncoder.predict`` over (title, paragraph) pairs."""
     from sentence_transformers import CrossEncoder
 
-    from bench_rerank import load_pairs
+    from bench_rerank import load_pairs, run
     from wde_core import Engine
 
+    print(f"\n== ELECTRA cross-encoder ({path})")
     engine = Engine(path, dtype="float32", device="cpu", num_threads=args.threads)
-    max_len = engine.pipeline.settings.max_model_len
-    reference = CrossEncoder(path, device="cpu", max_length=max_len)
-    pairs = load_pairs(args.queries, args.docs)
-    tokens = sum(r.num_tokens for r in engine.prepare("score", pairs, raw_scores=False, truncate=True).requests)
-    print(f"\n== ELECTRA cross-encoder ({path}): {len(pairs)} (title, paragraph) pairs, {tokens} tokens after "
-          f"truncation at {max_len}; threads {torch.get_num_threads()}; fp32")
-    engine.score(pairs[:16]), reference.predict(pairs[:16])  # warm-up
-    medians, outputs = measure({"wde": timed(lambda: engine.score(pairs)), "CrossEncoder": timed(
-        lambda: reference.predict(pairs, batch_size=args.st_batch_size))}, args.rounds, tokens)
-    print_ratio(medians, "wde", "CrossEncoder")
-    print(f"max abs score difference: {np.abs(outputs['wde'] - outputs['CrossEncoder']).max():.2e} "
-          f"(score spread {np.std(outputs['CrossEncoder']):.3f})")
+    reference = CrossEncoder(path, device="cpu", max_length=engine.pipeline.settings.max_model_len)
+    run(engine, reference, load_pairs(args.queries, args.docs), args)
 
 
 def main() -> None:
