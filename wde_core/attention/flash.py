@@ -36,7 +36,10 @@ class FlashAttention:
         """Record sequence boundaries (``cu_seqlens`` as int32, as the kernel wants)."""
         return AttentionMetadata(seq_lens, cu_seqlens.to(torch.int32), max(seq_lens), causal)
 
-    def forward(self, q, k, v, metadata: AttentionMetadata, scale: float | None = None) -> torch.Tensor:
-        """Attend within each sequence; returns ``[T, heads, head_dim]``."""
+    def forward(self, q, k, v, metadata: AttentionMetadata, scale: float | None = None,
+                window: int | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
         cu, longest = metadata.cu_seqlens, metadata.max_seqlen
-        return self._varlen(q, k, v, cu, cu, longest, longest, softmax_scale=scale, causal=metadata.causal)
+        reach = (-1, -1) if window is None else (window, 0 if metadata.causal else window)
+        return self._varlen(q, k, v, cu, cu, longest, longest, softmax_scale=scale, causal=metadata.causal,
+                            window_size=reach)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from wde_core.attention.base import AttentionMetadata
+from wde_core.attention.base import AttentionMetadata, position_mask
 from wde_core.attention.blocks import Block, plan_blocks
 
 
@@ -49,31 +49,35 @@ class SdpaAttention:
         meta.mask = mask
         return meta
 
-    def forward(self, q, k, v, metadata: SdpaMetadata, scale: float | None = None) -> torch.Tensor:
-        """Attend within each sequence; returns ``[T, heads, head_dim]``."""
+    def forward(self, q, k, v, metadata: SdpaMetadata, scale: float | None = None,
+                window: int | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
         gqa = k.shape[1] != q.shape[1]
         if metadata.blocks is not None:
-            return self._blocked(q, k, v, metadata, scale, gqa)
+            return self._blocked(q, k, v, metadata, scale, gqa, window)
+        batch, longest = len(metadata.seq_lens), metadata.max_seqlen
         if metadata.pad_index is None:
-            batch, longest = len(metadata.seq_lens), metadata.max_seqlen
             qb, kb, vb = (x.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
-            out = F.scaled_dot_product_attention(qb, kb, vb, is_causal=metadata.causal, scale=scale, enable_gqa=gqa)
+            mask, causal = _masks(None, longest, metadata.causal, window, q.device)
+            out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
+                                                 enable_gqa=gqa)
             return out.transpose(1, 2).reshape(q.shape)
         qb, kb, vb = (self._pad(x, metadata) for x in (q, k, v))
-        out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=metadata.mask, scale=scale, enable_gqa=gqa)
+        mask = _masks(metadata.mask, longest, False, window, q.device)[0]
+        out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=gqa)
         out = out.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
         return out.index_select(0, metadata.pad_index)
 
     @staticmethod
-    def _blocked(q, k, v, metadata: SdpaMetadata, scale: float | None, gqa: bool) -> torch.Tensor:
+    def _blocked(q, k, v, metadata: SdpaMetadata, scale: float | None, gqa: bool, window: int | None) -> torch.Tensor:
         out = torch.empty_like(q)
         for b in metadata.blocks:
             qs, ks, vs = q[b.start:b.stop], k[b.start:b.stop], v[b.start:b.stop]
             if b.src is not None:
                 qs, ks, vs = (x.index_select(0, b.src) for x in (qs, ks, vs))
             qb, kb, vb = (x.view(b.n, b.longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (qs, ks, vs))
-            causal = metadata.causal and b.key_mask is None
-            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=b.key_mask, is_causal=causal, scale=scale,
+            mask, causal = _masks(b.key_mask, b.longest, metadata.causal, window, q.device)
+            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
                                                enable_gqa=gqa).transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
             out[b.start:b.stop] = o if b.rows is None else o.index_select(0, b.rows)
         return out
@@ -84,3 +88,11 @@ class SdpaAttention:
         padded = x.new_zeros(batch * longest, x.shape[1], x.shape[2])
         padded.index_copy_(0, metadata.pad_index, x)
         return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
+
+
+def _masks(key_mask, n: int, causal: bool, window: int | None, device) -> tuple[torch.Tensor | None, bool]:
+    """SDPA's ``attn_mask`` and ``is_causal`` for ``n``-token blocks: ``key_mask`` (causal already) windowed."""
+    band = None if window is None else position_mask(n, causal, window, device)
+    if band is None:
+        return key_mask, causal and key_mask is None
+    return (band if key_mask is None else key_mask & band), False
