@@ -14,8 +14,9 @@ POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "m
                  "pooling_mode_max_tokens": "max"}
 _ST6_POOLING = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
                 "max": "pooling_mode_max_tokens", "lasttoken": "pooling_mode_lasttoken"}
-_SUPPORTED_MODULES = ("Transformer", "Pooling", "Normalize")
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model", "*.pt", "1_Pooling/*"]
+_SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+_DENSE_ACTIVATIONS = ("Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU")
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model", "*.pt", "1_Pooling/*", "*_Dense/*"]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -32,6 +33,7 @@ class SentenceTransformerFiles:
     max_seq_length: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
+    dense: list[dict] = field(default_factory=list)  # each Dense module's config.json, with its "path"
     unsupported_modules: list[str] = field(default_factory=list)
 
 
@@ -49,6 +51,11 @@ class ModelDirectory:
     def architectures(self) -> list[str]:
         """The architectures ``config.json`` lists."""
         return list(getattr(self.config, "architectures", None) or [])
+
+    @property
+    def embedding_size(self) -> int | None:
+        """The size of a pooled embedding: the last ``Dense`` module's output, else the hidden size."""
+        return self.st.dense[-1]["out_features"] if self.st.dense else getattr(self.config, "hidden_size", None)
 
 
 def open_model_directory(model: str, registry: Registry, revision: str | None = None) -> ModelDirectory:
@@ -107,6 +114,8 @@ def read_sentence_transformer_files(path: Path) -> SentenceTransformerFiles:
             _read_pooling(path / module.get("path", ""), st)
         elif kind == "Normalize":
             st.normalize = True
+        elif kind == "Dense":
+            _read_dense(path / module.get("path", ""), st)
         elif kind not in _SUPPORTED_MODULES:
             st.unsupported_modules.append(module.get("type", "?"))
     if modules and st.normalize is None:
@@ -131,6 +140,17 @@ def _read_pooling(directory: Path, st: SentenceTransformerFiles) -> None:
     elif modes:
         st.pooling = modes[0]
     st.include_prompt = bool(config.get("include_prompt", True))
+
+
+def _read_dense(directory: Path, st: SentenceTransformerFiles) -> None:
+    config = dict(_read_json(directory / "config.json") or {})
+    # sentence-transformers' default activation is Tanh; it saves the class path, e.g. torch.nn...Identity
+    activation = config.get("activation_function", "torch.nn.modules.activation.Tanh").rsplit(".", 1)[-1]
+    flows = {config.get("module_input_name", "sentence_embedding"), config.get("module_output_name")} - {None}
+    if activation not in _DENSE_ACTIVATIONS or flows != {"sentence_embedding"}:
+        st.unsupported_modules.append(f"Dense ({directory.name}: activation {activation}, on {sorted(flows)})")
+        return
+    st.dense.append({**config, "activation_function": activation, "path": str(directory)})
 
 
 def _read_json(path: Path) -> Any:

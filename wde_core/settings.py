@@ -58,6 +58,9 @@ def decide_model_settings(directory, link: ArchitectureLink, args, reasons: dict
         raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
     causal = bool(pick("causal", reasons, (defaults.get("causal"), plugin), (False, "core default")))
     reasons["causal"] = f"{'causal' if causal else 'bidirectional'} attention: {reasons['causal']}"
+    if st.dense:
+        reasons["dense"] = "modules.json: " + ", ".join(
+            f"{d['in_features']}->{d['out_features']} {d['activation_function']}" for d in st.dense) + " after pooling"
     activation = defaults.get("activation")
     if activation is not None:
         reasons["activation"] = plugin

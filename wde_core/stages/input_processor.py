@@ -12,7 +12,7 @@ class TextInputProcessor:
 
     def __init__(self, pipeline) -> None:
         self.settings = pipeline.settings
-        self.hidden_size = getattr(pipeline.model.config, "hidden_size", None)
+        self.hidden_size = pipeline.model.embedding_size
 
     def process(self, inputs: str | Sequence[str], *, prompt: str | None = None, prompt_name: str | None = None,
                 options: EmbedOptions | None = None) -> list[Request]:

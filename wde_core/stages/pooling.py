@@ -56,11 +56,13 @@ class Pooler:
 
     From hidden states ``[T, H]`` (or a dict of them as ``"hidden"`` and token-level heads), a dict of float32
     tensors holding what the batch asked for: ``"tokens"``, the heads, and ``"dense"`` or, for a model with a
-    ``head(pooled)`` method, ``"logits"`` and ``"scores"`` (their activation)."""
+    ``head(pooled)`` method, ``"logits"`` and ``"scores"`` (their activation); ``dense`` is the model's
+    sentence-transformers ``Dense`` modules, applied to the pooled vector."""
 
-    def __init__(self, settings, model) -> None:
+    def __init__(self, settings, model, dense=None) -> None:
         self.pool = POOLERS[settings.pooling]
         self.head = getattr(model, "head", None)
+        self.dense = dense
         self.activation = ACTIVATIONS[settings.activation or "identity"]
 
     def __call__(self, output, model_input: ModelInput) -> dict[str, torch.Tensor]:
@@ -74,7 +76,7 @@ class Pooler:
         if wanted - {"tokens"}:
             pooled = self.pool(hidden, model_input)
             if self.head is None:
-                result["dense"] = pooled.float()
+                result["dense"] = pooled.float() if self.dense is None else self.dense(pooled.float())
             else:
                 logits = self.head(pooled).float()
                 result["logits"], result["scores"] = logits, self.activation(logits)

@@ -7,6 +7,7 @@ from typing import Callable
 import torch
 
 from wde_core.entries import import_target
+from wde_core.stages.dense import load_dense_modules
 from wde_core.stages.model_input import ModelInput, move_to
 from wde_core.stages.pooling import Pooler
 from wde_core.stages.weights import iter_checkpoint, load_weights
@@ -38,7 +39,7 @@ class ModelWorker:
             if callable(getattr(module, "prepack", None)):
                 module.prepack()  # e.g. wde_core.layers.Linear: oneDNN-blocked weights on CPU
         self.model = model.eval().requires_grad_(False)
-        self.pooler = Pooler(p.settings, self.model)
+        self.pooler = Pooler(p.settings, self.model, load_dense_modules(p.model.st.dense, self.device))
 
     @torch.inference_mode()
     def execute(self, model_input: ModelInput) -> dict[str, torch.Tensor]:

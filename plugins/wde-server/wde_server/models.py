@@ -34,7 +34,7 @@ class ServedModel:
         self.max_model_len = pipeline.settings.max_model_len
         self.hf_tokenizer = self.sync.tokenizer.tokenizer
         self.outputs = tuple(getattr(self.sync.output_processor, "outputs", ("dense",)))
-        self.hidden_size = getattr(pipeline.model.config, "hidden_size", None)
+        self.hidden_size = pipeline.model.embedding_size
         self.id2label = dict(getattr(pipeline.model.config, "id2label", None) or {})
         self.ranges: np.ndarray | None = None  # int8/uint8 calibration: per-dimension [min, max]
 
