@@ -141,3 +141,16 @@ def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():
 def test_the_torch_floor_matches_the_code(requirement):
     # SdpaAttention calls scaled_dot_product_attention(enable_gqa=...), added in torch 2.5
     assert requirement in (ROOT / "pyproject.toml").read_text()
+
+
+def test_every_architecture_of_the_plugins_here_has_an_install_hint():
+    # the "no plugin serves this architecture" message names the plugin to install from this table
+    from wde_core.plugins import get_plugin_host
+
+    host = get_plugin_host()
+    hints = json.loads((ROOT / "wde_core" / "plugin_hints.json").read_text())
+    in_repo = {p.name for p in (ROOT / "plugins").iterdir()}
+    linked = {link.architecture: host.plugins[link.provider].distribution for link in host.registry.links.values()
+              if link.provider in host.plugins and host.plugins[link.provider].distribution in in_repo}
+    assert len(linked) >= 25
+    assert {arch: hints.get(arch) for arch in linked} == linked

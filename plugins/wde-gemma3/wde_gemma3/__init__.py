@@ -1,0 +1,1 @@
+"""wde plugin: Gemma 3 text models as embedders (EmbeddingGemma)."""

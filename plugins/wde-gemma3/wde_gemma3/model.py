@@ -1,0 +1,136 @@
+"""Gemma 3 text over packed sequences: scaled embeddings, sandwich RMSNorms ``(1 + w)``, q/k head norms, GQA,
+RoPE with one theta for global and one for sliding-window layers, GeGLU; bidirectional for EmbeddingGemma."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+from wde_core.plugin_api import Linear
+from wde_qwen2_bidir.rope import RotaryTables, rotate
+
+_LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(weight|bias)$")
+_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
+
+
+def configure(settings, directory, args, reasons) -> None:
+    """Attention is bidirectional when ``use_bidirectional_attention`` is set (EmbeddingGemma), else causal."""
+    bidirectional = bool(getattr(directory.config, "use_bidirectional_attention", False))
+    settings.causal = not bidirectional
+    reasons["causal"] = (f"{'bidirectional' if bidirectional else 'causal'} attention: config.json "
+                         f"use_bidirectional_attention={bidirectional}")
+
+
+class GemmaRMSNorm(nn.Module):
+    """RMSNorm scaled by ``1 + weight``, computed in float32 as Gemma does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+def _rope_config(config, layer_type: str):
+    """A config view with the RoPE parameters of one layer type, as :class:`RotaryTables` reads them."""
+    params = dict(config.rope_parameters[layer_type])
+    if params.get("rope_type", "default") != "default":
+        raise ValueError(f"gemma3: RoPE {params!r} for {layer_type} layers is not supported by wde-gemma3 "
+                         "(supported: default)")
+    return SimpleNamespace(model_type=config.model_type, rope_parameters=params, head_dim=config.head_dim,
+                           hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads)
+
+
+class Gemma3Layer(nn.Module):
+    """Pre- and post-normed attention (fused QKV, q/k norms, RoPE, a window on local layers) and GeGLU."""
+
+    def __init__(self, config, attention, layer_type: str) -> None:
+        super().__init__()
+        hidden, self.head_dim = config.hidden_size, config.head_dim
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.layer_type, self.attention = layer_type, attention
+        self.scale = config.query_pre_attn_scalar ** -0.5
+        # HF: |i - j| < sliding_window when bidirectional, 0 <= i - j < sliding_window when causal
+        self.window = config.sliding_window - 1 if layer_type == "sliding_attention" else None
+        self.qkv = Linear(hidden, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=config.attention_bias)
+        self.o_proj = Linear(self.heads * self.head_dim, hidden, bias=config.attention_bias)
+        self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        self.intermediate = config.intermediate_size
+        self.gate_up = Linear(hidden, 2 * self.intermediate, bias=False)
+        self.act = ACT2FN[config.hidden_activation]
+        self.down_proj = Linear(self.intermediate, hidden, bias=False)
+        for name in _NORMS:
+            setattr(self, name, GemmaRMSNorm(hidden, config.rms_norm_eps))
+
+    def forward(self, x: torch.Tensor, rope: dict, attn_metadata) -> torch.Tensor:
+        """One layer over the packed tokens ``x [T, H]``."""
+        tokens, d = x.shape[0], self.head_dim
+        q, k, v = self.qkv(self.input_layernorm(x)).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], -1)
+        q = rotate(self.q_norm(q.reshape(tokens, self.heads, d)), *rope[self.layer_type])
+        k = rotate(self.k_norm(k.reshape(tokens, self.kv_heads, d)), *rope[self.layer_type])
+        attended = self.attention.forward(q, k, v.reshape(tokens, self.kv_heads, d), attn_metadata,
+                                          scale=self.scale, window=self.window)
+        x = x + self.post_attention_layernorm(self.o_proj(attended.reshape(tokens, -1)))
+        gate, up = self.gate_up(self.pre_feedforward_layernorm(x)).split(self.intermediate, dim=-1)
+        return x + self.post_feedforward_layernorm(self.down_proj(self.act(gate) * up))
+
+
+class Gemma3Embedder(nn.Module):
+    """``Gemma3TextModel``: packed tokens in, last hidden states (after the final norm) ``[T, H]`` out."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__()
+        if getattr(config, "attn_logit_softcapping", None) is not None:
+            raise ValueError("gemma3: attn_logit_softcapping is not supported by wde-gemma3")
+        layer_types = list(config.layer_types)
+        max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_scale = config.hidden_size ** 0.5
+        self.rotary = nn.ModuleDict({kind: RotaryTables(_rope_config(config, kind), max_len)
+                                     for kind in sorted(set(layer_types))})
+        self.layers = nn.ModuleList(Gemma3Layer(config, attention, kind) for kind in layer_types)
+        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        first = self.layers[0]
+        self._rows = {"q_proj": (0, first.heads), "k_proj": (first.heads, first.kv_heads),
+                      "v_proj": (first.heads + first.kv_heads, first.kv_heads)}
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Last hidden states of every packed token; positions restart at 0 in each sequence."""
+        x = self.embed_tokens(model_input.input_ids)
+        x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
+        rope = {kind: tables(model_input.positions) for kind, tables in self.rotary.items()}
+        for layer in self.layers:
+            x = layer(x, rope, model_input.attn_metadata)
+        return self.norm(x)
+
+    def after_load_weights(self) -> None:
+        """Compute the RoPE tables (buffers come out of meta construction empty)."""
+        for tables in self.rotary.values():
+            tables.compute()
+
+    def map_checkpoint_name(self, name: str):
+        """Map a checkpoint name to ``(parameter, rows)``: q/k/v into the fused QKV, gate/up into ``gate_up``."""
+        name = name.removeprefix("model.")
+        if name.startswith("lm_head."):
+            return None
+        match = _LAYER.match(name)
+        if match is None:
+            return name, None
+        index, _, module, kind = match.groups()
+        head_dim, inter = self.layers[0].head_dim, self.layers[0].intermediate
+        if module in self._rows:
+            first, count = self._rows[module]
+            return f"layers.{index}.qkv.{kind}", slice(first * head_dim, (first + count) * head_dim)
+        if module in ("gate_proj", "up_proj"):
+            part = 0 if module == "gate_proj" else 1
+            return f"layers.{index}.gate_up.weight", slice(part * inter, (part + 1) * inter)
+        return f"layers.{index}.{module}.{kind}", None
