@@ -1,0 +1,1 @@
+"""wde plugin: ModernBERT (alternating global and sliding-window attention, GeGLU, RoPE) embedders and rerankers."""

@@ -1,0 +1,34 @@
+"""Registers ModernBERT: ``ModernBertModel`` (and ``ModernBertForMaskedLM`` checkpoints) for the core's embed
+workflow, ``ModernBertForSequenceClassification`` for wde-reranker's ``rerank``/``classify`` workflows."""
+
+from __future__ import annotations
+
+from wde_core.plugin_api import ArchitectureLink, hookimpl
+
+_P = "wde_modernbert"
+EMBEDDERS = {
+    "ModernBertModel": "ModernBERT encoder (gte-modernbert-base, modernbert-embed-base): global + local attention",
+    "ModernBertForMaskedLM": "ModernBERT encoder of an MLM checkpoint (the MLM head skipped)",
+}
+VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
+    ("rerank", "single-logit", "wde_reranker.settings:has_one_label", "rerank"),
+    ("classify", "several-labels", "wde_reranker.settings:has_several_labels", "classify"),
+)
+
+
+@hookimpl
+def wde_register_architectures(register):
+    """Embedders: mean pooling unless the directory says otherwise; cross-encoders: ``classifier_pooling``."""
+    for architecture, description in EMBEDDERS.items():
+        register(ArchitectureLink(
+            architecture=architecture, task="embed", workflow="embed", model=f"{_P}.model:ModernBertEncoder",
+            defaults={"pooling": "mean", "normalize": False}, configure=f"{_P}.settings:configure_embed",
+            description=description,
+        ))
+    for task, variant, matches, workflow in VARIANTS:
+        register(ArchitectureLink(
+            architecture="ModernBertForSequenceClassification", task=task, workflow=workflow,
+            model=f"{_P}.model:ModernBertCrossEncoder", defaults={"pooling": "cls", "normalize": False},
+            variant=variant, matches=matches, configure=f"{_P}.settings:configure_cross_encoder",
+            description=f"ModernBERT cross-encoder ({variant}): {task} (gte-reranker-modernbert-base)",
+        ))
