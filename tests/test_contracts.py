@@ -125,8 +125,9 @@ def code_lines(path: Path) -> int:
 # Issue 12's blocked CPU attention (attention/blocks.py) and issue 11's AsyncEngine.submit/inline, batch
 # listeners and request timestamps then added about 80, and wde inspect's bfloat16 note 16. This ratchet keeps it from growing further while
 # later changes bring it down. Issue 13's symmetric sliding window in the attention backends (ModernBERT's and
-# Gemma 3's local layers) added 24.
-LINE_RATCHET = 3144
+# Gemma 3's local layers) added 24. Issue 16's tensor-parallel layers (wde_core/parallel.py) and their hooks in
+# load_weights, assemble_pipeline (an executor's check_pipeline) and EngineArgs added 112.
+LINE_RATCHET = 3256
 
 
 def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():

@@ -85,7 +85,11 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     settings = decide_model_settings(directory, link, args, reasons)
     _set_token_budget(args, device, settings.max_model_len, reasons)
     components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
-    return Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
+    pipeline = Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
+    check = getattr(components["executor"].load(), "check_pipeline", None)
+    if check is not None:  # an executor may refuse a pipeline (and give reasons) before anything loads
+        check(pipeline)
+    return pipeline
 
 
 def _default_model(host: PluginHost, reasons: dict[str, str]) -> str:

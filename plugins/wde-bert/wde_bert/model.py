@@ -7,7 +7,7 @@ import re
 import torch
 from torch import nn
 
-from wde_core.plugin_api import Linear
+from wde_core.plugin_api import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, tensor_parallel
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)
@@ -22,7 +22,7 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_embeddings = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -38,19 +38,21 @@ class BertEmbeddings(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """Post-norm transformer layer: fused QKV, varlen attention, GELU feed-forward."""
+    """Post-norm transformer layer: fused QKV, varlen attention, GELU feed-forward (heads and feed-forward
+    split across the ranks under tensor parallelism)."""
 
     def __init__(self, config, attention) -> None:
         super().__init__()
-        hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
-        self.head_dim = hidden // self.num_heads
+        hidden, tp = config.hidden_size, tensor_parallel()
+        self.num_heads = tp.split(config.num_attention_heads, "num_attention_heads")
+        self.head_dim = hidden // config.num_attention_heads
+        tp.split(config.intermediate_size, "intermediate_size")
         self.attention = attention
-        self.qkv = Linear(hidden, 3 * hidden)
-        self.attn_out = Linear(hidden, hidden)
+        self.qkv = ColumnParallelLinear(hidden, (hidden, hidden, hidden))
+        self.attn_out = RowParallelLinear(hidden, hidden)
         self.attn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.ffn_in = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
-        self.ffn_out = Linear(config.intermediate_size, hidden)
+        self.ffn_in = ColumnParallelLinear(hidden, config.intermediate_size, activation=config.hidden_act)
+        self.ffn_out = RowParallelLinear(config.intermediate_size, hidden)
         self.ffn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
@@ -65,6 +67,7 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """``BertModel`` without its pooler: packed tokens in, last hidden states ``[T, H]`` out."""
 
+    supports_tensor_parallel = True
     checkpoint_prefix = "bert."
     skipped_prefixes = ("pooler.", "cls.", "embeddings.position_ids")
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.plugin_api import Linear
+from wde_core.plugin_api import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, tensor_parallel
 from wde_qwen2_bidir.rope import RotaryTables, head_dim, rope_type, rotate
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$")
@@ -48,17 +48,21 @@ class RMSNorm(nn.Module):
 
 
 class DecoderAttention(nn.Module):
-    """Fused q/k/v projection (q rows, then k rows, then v rows), RoPE, the engine's backend, o_proj."""
+    """Fused q/k/v projection (q rows, then k rows, then v rows), RoPE, the engine's backend, o_proj; with
+    tensor parallelism a rank holds its share of the q heads and of the key/value heads."""
 
     def __init__(self, config, attention) -> None:
         super().__init__()
         qkv_bias, o_bias, _ = projection_biases(config)
+        tp = tensor_parallel()
         self.attention = attention
-        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.num_heads = tp.split(config.num_attention_heads, "num_attention_heads")
+        self.num_kv_heads = tp.split(config.num_key_value_heads, "num_key_value_heads")
         self.head_dim = head_dim(config)
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
-        self.o_proj = Linear(self.q_size, config.hidden_size, bias=o_bias)
+        q, kv = self.q_size * tp.size, self.kv_size * tp.size
+        self.qkv_proj = ColumnParallelLinear(config.hidden_size, (q, kv, kv), bias=qkv_bias)
+        self.o_proj = RowParallelLinear(q, config.hidden_size, bias=o_bias)
         self.qk_norm = config.model_type == "qwen3"  # Qwen3: RMSNorm over each q and k head, before RoPE
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -85,9 +89,10 @@ class DecoderMLP(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         _, _, bias = projection_biases(config)
-        self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
-        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        size = config.intermediate_size
+        self.intermediate_size = tensor_parallel().split(size, "intermediate_size")
+        self.gate_up_proj = ColumnParallelLinear(config.hidden_size, (size, size), bias=bias)
+        self.down_proj = RowParallelLinear(size, config.hidden_size, bias=bias)
         self.act = ACT2FN[config.hidden_act]
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -116,18 +121,20 @@ class DecoderEmbedder(nn.Module):
     """A Qwen2/Qwen3/Llama/Mistral base model: packed tokens in, final-norm hidden states ``[T, H]`` out.
 
     Loads ``*Model`` and ``*ForCausalLM`` checkpoints alike: the ``model.`` prefix is dropped and
-    the language-model head is skipped.
+    the language-model head is skipped. Supports tensor parallelism (``wde_core.plugin_api`` parallel layers).
     """
+
+    supports_tensor_parallel = True
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         rope_type(config)  # refuse an unsupported RoPE before allocating anything
         max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.rotary = RotaryTables(config, max_len)
         self.layers = nn.ModuleList(DecoderLayer(config, attention) for _ in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self._fused_rows = _fused_rows(self.layers[0].self_attn, config.intermediate_size)
+        self._fused_rows = _fused_rows(config)
 
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
@@ -154,9 +161,10 @@ class DecoderEmbedder(nn.Module):
         return f"layers.{index}.{block}.{fused}.{kind}", rows
 
 
-def _fused_rows(attention: DecoderAttention, intermediate: int) -> dict[str, tuple[str, slice]]:
-    """HF projection -> (our fused projection, its rows)."""
-    q, kv = attention.q_size, attention.kv_size
+def _fused_rows(config) -> dict[str, tuple[str, slice]]:
+    """HF projection -> (our fused projection, its rows in the whole, unsplit projection)."""
+    q, kv, intermediate = (config.num_attention_heads * head_dim(config), config.num_key_value_heads * head_dim(config),
+                           config.intermediate_size)
     return {
         "q_proj": ("qkv_proj", slice(0, q)),
         "k_proj": ("qkv_proj", slice(q, q + kv)),

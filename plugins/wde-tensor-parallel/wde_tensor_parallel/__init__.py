@@ -1,0 +1,1 @@
+"""wde-tensor-parallel: the ``tensor_parallel`` executor and its sharding view."""

@@ -1,0 +1,194 @@
+"""The tensor-parallel executor: N rank processes joined by torch.distributed (gloo on CPU, NCCL on CUDA with
+one device per rank), each holding 1/N of the weights. The engine process keeps scheduling and pre/post
+processing; each batch goes to every rank once, rank 0 returns the output. A rank that dies fails the batches
+in flight with :class:`RankDiedError` naming it, the other ranks are stopped, and later batches are refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+import torch
+
+from wde_core.plugin_api import ModelInput
+from wde_tensor_parallel.rank import rank_main
+from wde_tensor_parallel.sharding import TensorParallelError, sharding_plan
+
+logger = logging.getLogger("wde")
+
+
+class RankDiedError(RuntimeError):
+    """A tensor-parallel rank died: the batches in flight failed and the executor takes no more work."""
+
+
+@dataclasses.dataclass
+class _Rank:
+    index: int
+    process: Any
+    conn: Any
+    parameter_bytes: int = 0
+
+
+@dataclasses.dataclass
+class _Job:
+    future: Future
+    waiting: int
+    result: Any = None
+    error: str | None = None
+
+
+def tensor_parallel_size(pipeline) -> int:
+    """``tensor_parallel_size``, else every CUDA device (CUDA) or 2 (CPU); refused beyond the CUDA devices."""
+    size = pipeline.args.tensor_parallel_size
+    if pipeline.device.type != "cuda":
+        return size or 2
+    devices = torch.cuda.device_count()
+    if (size or devices) > devices or (size or devices) < 1:
+        raise TensorParallelError(f"tensor_parallel_size={size} needs that many CUDA devices; {devices} visible")
+    return size or devices
+
+
+class TensorParallelExecutor:
+    """``tensor_parallel_size`` rank processes; each with ``num_threads`` (default: the CPUs shared out) CPU
+    threads, or one GPU (``cuda:rank``); two batches in flight."""
+
+    max_in_flight = 2
+
+    @staticmethod
+    def check_pipeline(pipeline) -> None:
+        """At assembly: refuse a model without TP support or whose heads N does not divide; give the sharding."""
+        size = tensor_parallel_size(pipeline)
+        backend = "nccl" if pipeline.device.type == "cuda" else "gloo"
+        pipeline.reasons.update(sharding_plan(pipeline, size).reasons(backend))
+
+    def __init__(self, pipeline, make_worker: Callable | None = None) -> None:
+        self.size = tensor_parallel_size(pipeline)
+        self.failure: str | None = None
+        self._closing = False
+        self._lock = threading.Lock()
+        self._jobs: dict[int, _Job] = {}
+        self._next_job = 0
+        self._store = tempfile.mkdtemp(prefix="wde-tp-")
+        ctx = multiprocessing.get_context("spawn")
+        self.ranks = [self._start(ctx, rank, pipeline) for rank in range(self.size)]
+        for rank in self.ranks:
+            self._await_ready(rank)
+        for rank in self.ranks:
+            threading.Thread(target=self._read, args=(rank,), name=f"wde-tp-rank-{rank.index}-reader",
+                             daemon=True).start()
+
+    def _start(self, ctx, rank: int, pipeline) -> _Rank:
+        cuda = pipeline.device.type == "cuda"
+        threads = pipeline.args.num_threads or max(1, (os.cpu_count() or 1) // self.size)
+        args = dataclasses.asdict(pipeline.args)
+        args.update(executor="sync", num_threads=threads, dtype=str(pipeline.dtype).replace("torch.", ""),
+                    device=f"cuda:{rank}" if cuda else str(pipeline.device))
+        args.pop("model")
+        dist = {"rank": rank, "size": self.size, "backend": "nccl" if cuda else "gloo",
+                "init_method": f"file://{os.path.join(self._store, 'store')}"}
+        parent, child = ctx.Pipe()
+        process = ctx.Process(target=rank_main, args=(child, str(pipeline.model.path), args, dist),
+                              name=f"wde-tp-rank-{rank}", daemon=True)
+        process.start()
+        child.close()
+        return _Rank(rank, process, parent)
+
+    def _await_ready(self, rank: _Rank) -> None:
+        try:
+            status, detail = rank.conn.recv()
+        except EOFError:
+            rank.process.join(timeout=5)
+            self._abort()
+            raise RankDiedError(f"tensor_parallel rank {rank.index} exited while loading the model (exit code "
+                                f"{rank.process.exitcode}); started from a script, tensor_parallel needs the "
+                                "script's work under `if __name__ == \"__main__\":`") from None
+        if status == "failed":
+            self._abort()
+            raise RankDiedError(f"tensor_parallel rank {rank.index} failed while loading the model:\n{detail}")
+        rank.parameter_bytes = detail["parameter_bytes"]
+
+    def submit(self, model_input: ModelInput) -> Future:
+        """Send ``model_input`` to every rank; the future holds rank 0's output once all ranks answered."""
+        future: Future = Future()
+        with self._lock:  # one order of batches on every rank: their collectives must match
+            if self.failure is not None:
+                future.set_exception(RankDiedError(f"the tensor_parallel executor takes no more work: "
+                                                   f"{self.failure}; build a new Engine"))
+                return future
+            job_id, self._next_job = self._next_job, self._next_job + 1
+            self._jobs[job_id] = _Job(future, self.size)
+            try:
+                for rank in self.ranks:
+                    rank.conn.send((job_id, model_input))
+            except (OSError, ValueError):
+                pass  # the reader of the rank that died reports it
+        return future
+
+    def _read(self, rank: _Rank) -> None:
+        while True:
+            try:
+                job_id, ok, payload = rank.conn.recv()
+            except (EOFError, OSError):
+                self._rank_died(rank)
+                return
+            with self._lock:
+                job = self._jobs.get(job_id)
+                if job is None:
+                    continue
+                job.waiting -= 1
+                if not ok and job.error is None:
+                    job.error = f"tensor_parallel rank {rank.index}: {payload}"
+                elif ok and rank.index == 0:
+                    job.result = payload
+                if job.waiting:
+                    continue
+                del self._jobs[job_id]
+            if job.error is None:
+                job.future.set_result(job.result)
+            else:
+                job.future.set_exception(RuntimeError(job.error))
+
+    def _rank_died(self, rank: _Rank) -> None:
+        with self._lock:
+            if self._closing or self.failure is not None:
+                return
+            rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
+            failed = [job.future for job in self._jobs.values()]
+            self._jobs.clear()
+            self.failure = (f"rank {rank.index} (pid {rank.process.pid}) died with exit code "
+                            f"{rank.process.exitcode}; {len(failed)} batch(es) in flight failed")
+        logger.error("wde: tensor_parallel %s; stopping the other ranks", self.failure)
+        self._stop_ranks(wait=False)  # the others would wait for the dead rank in their next collective
+        for future in failed:
+            future.set_exception(RankDiedError(f"tensor_parallel {self.failure}"))
+
+    def _stop_ranks(self, wait: bool) -> None:
+        for rank in self.ranks:
+            if wait:
+                try:
+                    rank.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+        for rank in self.ranks:
+            rank.process.join(timeout=10 if wait else 0)
+            if rank.process.is_alive():
+                rank.process.kill()
+                rank.process.join(timeout=5)
+
+    def _abort(self) -> None:
+        self._closing = True
+        self._stop_ranks(wait=False)
+        shutil.rmtree(self._store, ignore_errors=True)
+
+    def shutdown(self) -> None:
+        """Ask every rank to stop and wait for it; remove the rendezvous store."""
+        self._closing = True
+        self._stop_ranks(wait=self.failure is None)
+        shutil.rmtree(self._store, ignore_errors=True)
