@@ -209,9 +209,9 @@ def test_cli_rerank(bert_ce, tmp_path):
     assert "activation: sigmoid   (single logit: sigmoid" in inspect.output and "task: rerank" in inspect.output
     docs = tmp_path / "docs.jsonl"
     docs.write_text("\n".join(json.dumps({"id": f"d{i}", "text": d}) for i, d in enumerate(DOCS[:3])))
-    from_file = json.loads(CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY, "-i", str(docs)]).output)
+    from_file = json.loads(CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), QUERY, "-i", str(docs)]).output)
     assert [r["id"] for r in from_file] == [f"d{r['index']}" for r in from_file]
-    stdin = CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), "-q", QUERY], input="one\ntwo\n")
+    stdin = CliRunner().invoke(cli, ["rerank", "-m", str(bert_ce), QUERY], input="one\ntwo\n")
     assert sorted(r["index"] for r in json.loads(stdin.output)) == [0, 1]
 
 

@@ -5,15 +5,37 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from wde_core.plugins import get_plugin_host
+from wde_core.cli_hints import cli_words, missing_command
 from wde_core.entries import STAGES
+from wde_core.plugins import get_plugin_host
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class WdeGroup(click.Group):
+    """The ``wde`` group: a command that a known plugin provides says how to install it, and the engine's
+    errors speak the command line's words (options, ``wde CMD``)."""
+
+    def resolve_command(self, ctx, args):
+        """Resolve ``args[0]``, or name the plugin that provides the missing command."""
+        if args and self.get_command(ctx, args[0]) is None and (hint := missing_command(args[0], get_plugin_host())):
+            raise click.ClickException(hint)
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx):
+        """Run the command; a one-line error is reworded for the command line."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            if not isinstance(exc, click.UsageError):
+                exc.message = cli_words(exc.message, ctx.invoked_subcommand, self.commands)
+            raise
+
+
+@click.group(cls=WdeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="wde-core", message="wde-core %(version)s")
 def cli() -> None:
     """wde: the Workflow Defined Engine for embedding, reranking and other prefill-only models."""
@@ -64,6 +86,20 @@ def workflows_data() -> list[dict[str, Any]]:
     return data
 
 
+engine_arg_option = click.option(
+    "--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+    help="Any other engine argument (a workflow's own too); VALUE is read as JSON, else as text.")
+
+
+@contextmanager
+def engine_error():
+    """Turn the engine's errors (a bad model, argument or input) into one-line command-line errors."""
+    try:
+        yield
+    except (LookupError, ValueError, TypeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def parse_engine_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     """``("enable_bidirectional=true", "pooling=mean")`` -> keyword arguments (JSON values, else text)."""
     parsed: dict[str, Any] = {}
@@ -99,8 +135,18 @@ def list_workflows(as_json: bool, check: bool) -> None:
                 click.echo("linked architectures: none")
             click.echo("")
         print_problems(problems)
+    if check and not as_json:
+        click.echo(checked_line(host.registry, problems))
     if check and problems:
         sys.exit(1)
+
+
+def checked_line(registry, problems) -> str:
+    """What ``--check`` imported, and whether every import resolved."""
+    components = sum(len(stage) for stage in registry.components.values())
+    what = (f"checked {len(registry.workflows)} workflows, {components} components, {len(registry.links)} "
+            f"architecture links, {len(registry.model_sources)} model sources and {len(registry.tasks)} tasks")
+    return f"{what}: all imports resolve" if not problems else f"{what}: {len(problems)} problem(s) above"
 
 
 @click.command("plugins")
@@ -124,18 +170,15 @@ def plugins(as_json: bool) -> None:
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--attention-backend", default=None)
-@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
-              help="Any other engine argument (a workflow's own too); VALUE is read as JSON, else as text.")
+@engine_arg_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inspect(model: str | None, task, device, dtype, attention_backend, engine_args, as_json: bool) -> None:
     """Show the pipeline that would be assembled for MODEL, and why, without loading weights."""
     from wde_core.pipeline import assemble_pipeline
 
-    try:
+    with engine_error():
         pipeline = assemble_pipeline(model, task=task, device=device, dtype=dtype,
                                      attention_backend=attention_backend, **parse_engine_args(engine_args))
-    except (LookupError, ValueError, TypeError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
     info = pipeline.describe()
     if as_json:
         emit_json(info)

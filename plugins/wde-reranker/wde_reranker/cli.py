@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
 
-from wde_core.plugin_api import read_inputs
+from wde_core.plugin_api import parse_engine_args, read_inputs
+
+NO_MODEL = ("wde rerank needs a cross-encoder model, and no installed plugin ships one: name one with -m, e.g. "
+            "wde rerank -m cross-encoder/ms-marco-MiniLM-L-6-v2 QUERY DOCUMENT... (a model directory, or a hub id "
+            "in the local Hugging Face cache), or set WDE_DEFAULT_MODEL")
 
 
 @click.command("rerank")
-@click.argument("documents", nargs=-1)
-@click.option("-q", "--query", required=True, help="The query the documents are scored against.")
+@click.argument("arguments", nargs=-1, metavar="QUERY [DOCUMENTS]...")
+@click.option("--query", default=None, help="The query, when the arguments are all documents.")
 @click.option("-m", "--model", default=None, help="A cross-encoder directory or hub id.")
-@click.option("-i", "--input", "input_file", default=None, help=".txt (one document per line) or .jsonl ('text').")
+@click.option("-i", "--input", "input_file", default=None, help="Read documents from FILE ('-': stdin): .txt, .jsonl, "
+              ".json, .csv, .tsv or .parquet, as for wde encode.")
+@click.option("--input-format", type=click.Choice(["csv", "json", "jsonl", "parquet", "tsv", "txt"]), default=None,
+              help="Format of --input or stdin when not its suffix.")
+@click.option("--column", default="text", show_default=True, help="The field or column holding the document.")
+@click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of the input.")
 @click.option("--top-n", type=int, default=None, help="Keep the best N documents.")
 @click.option("--return-documents", is_flag=True, help="Include each document's text in the output.")
 @click.option("--raw-scores", is_flag=True, help="Raw logits instead of sigmoid scores.")
@@ -23,14 +33,22 @@ from wde_core.plugin_api import read_inputs
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--num-threads", type=int, default=None, help="CPU threads for inference.")
-def rerank(documents, query, model, input_file, top_n, return_documents, raw_scores, truncate, device, dtype,
-           num_threads) -> None:
-    """Score DOCUMENTS (or --input FILE, or stdin lines) against --query; print a JSON list, best first."""
+@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+              help="Any other engine argument (a workflow's own too); VALUE is read as JSON, else as text.")
+def rerank(arguments, query, model, input_file, input_format, column, encoding, top_n, return_documents, raw_scores,
+           truncate, device, dtype, num_threads, engine_args) -> None:
+    """Score DOCUMENTS (or --input FILE, or stdin lines) against QUERY; print a JSON list, best first."""
     from wde_core.plugin_api import Engine
 
-    docs, ids = read_inputs(documents, input_file)
+    if query is None and not arguments:
+        raise click.UsageError("give a query: wde rerank QUERY [DOCUMENTS]... (or --query QUERY)")
+    query, documents = (query, arguments) if query is not None else (arguments[0], arguments[1:])
+    if model is None and not os.environ.get("WDE_DEFAULT_MODEL"):
+        raise click.ClickException(NO_MODEL)
+    docs, ids = read_inputs(documents, input_file, input_format=input_format, column=column, encoding=encoding)
+    args = {"device": device, "dtype": dtype, "num_threads": num_threads, **parse_engine_args(engine_args)}
     try:
-        with Engine(model, device=device, dtype=dtype, num_threads=num_threads) as engine:
+        with Engine(model, **args) as engine:
             results = engine.rerank(query, docs, top_n=top_n, return_documents=return_documents,
                                     raw_scores=raw_scores, truncate=truncate)
     except (LookupError, ValueError, TypeError, OSError) as exc:

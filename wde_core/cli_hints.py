@@ -1,0 +1,74 @@
+"""The command line's own words: hints for commands that a known plugin provides, install commands (with the
+checkout's ``./plugins/...`` when wde runs from a source tree) and Python API words as options and commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout has plugins/ beside wde_core/
+API_WORDS = ((r"\btruncate=True\b", "--truncate"), (r"\btruncate=False\b", "--no-truncate"),
+             (r"\boutput=", "--output-type "), (r"\btop_n=", "--top-n "), (r"\bdimensions=", "--dimensions "),
+             (r"\bprompt_name=", "--prompt-name "), (r"\bpass task=", "pass --engine-arg task="))
+METHOD_COMMANDS = {"score": "rerank"}  # front-end methods that a command of another name serves
+REQUIREMENT = r"'wde-[\w-]+(?:\[[\w-]+\])?'|wde-[\w-]+"
+
+
+def command_hints() -> dict[str, str]:
+    """``{command: distribution}``: the commands that known plugins provide (``plugin_hints.json``)."""
+    return json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())["commands"]
+
+
+def missing_command(name: str, host) -> str | None:
+    """Why ``wde NAME`` is missing and how to get it, when a known plugin provides it."""
+    dist = command_hints().get(name)
+    if dist is None:
+        return None
+    said = f"wde {name} is provided by the {dist} plugin"
+    if dist in host.filtered_out.values():
+        allow = os.environ.get("WDE_PLUGINS", "")
+        return f"{said}, installed but left out by WDE_PLUGINS={allow!r}: add its entry point to WDE_PLUGINS"
+    failed = next((p.message for p in host.problems if p.plugin == dist), None)
+    return f"{said}, which failed to load: {failed}" if failed else f"{said}: pip install {dist}"
+
+
+def install_command(*requirements: str) -> str:
+    """``pip install REQ...``, plus the checkout's ``pip install ./plugins/...`` when run from a source tree."""
+    reqs = [r.strip("'") for r in requirements]
+    command = "pip install " + " ".join(map(_quoted, reqs))
+    local = [CHECKOUT / "plugins" / re.match(r"[\w-]+", r).group() for r in reqs]
+    if not all((folder / "pyproject.toml").is_file() for folder in local):
+        return command
+    paths = [_shown(folder) + r[len(folder.name):] for folder, r in zip(local, reqs)]
+    return f"{command} (from this checkout: pip install {' '.join(map(_quoted, paths))})"
+
+
+def _shown(folder: Path) -> str:
+    relative = os.path.relpath(folder)
+    return str(folder) if relative.startswith("..") else "./" + relative
+
+
+def _quoted(requirement: str) -> str:
+    return f"'{requirement}'" if "[" in requirement else requirement
+
+
+def cli_words(message: str, command: str | None, commands) -> str:
+    """An engine error in the command line's words: options for keyword arguments, ``wde CMD`` for methods,
+    and install commands with the checkout's path."""
+    for pattern, words in API_WORDS:
+        message = re.sub(pattern, words, message)
+    message = re.sub(r"\buse ((?:\w+\(\)(?:, | and )?)+)", lambda m: "use " + _commands(m.group(1), commands),
+                     message)
+    if command:
+        message = re.sub(r"^\w+\(\) serves", f"wde {command} serves", message)
+    return re.sub(rf"pip install ((?:{REQUIREMENT})(?: (?:{REQUIREMENT}))*)",
+                  lambda m: install_command(*m.group(1).split()), message)
+
+
+def _commands(methods: str, commands) -> str:
+    names = (METHOD_COMMANDS.get(n, n) for n in re.findall(r"(\w+)\(\)", methods))
+    found = dict.fromkeys(f"wde {name}" for name in names if name in commands)
+    return " or ".join(found) or f"the Python API's {methods.strip()}"
