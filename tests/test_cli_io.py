@@ -149,7 +149,8 @@ def test_empty_input_names_the_file_or_stdin(wde, tmp_path, tiny_st_bert_dir):
         f"Error: {path}: no texts (empty or only blank lines)")
     assert one_line_error(wde("encode", "-m", tiny_st_bert_dir, stdin="")) == (
         "Error: stdin: no texts (empty or only blank lines)")
-    assert one_line_error(wde("encode", "-i", tmp_path / "absent.txt")) == f"Error: {tmp_path / 'absent.txt'}: no such file"
+    absent = tmp_path / "absent.txt"
+    assert one_line_error(wde("encode", "-i", absent)) == f"Error: {absent}: no such file"
 
 
 # --- output formats ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``wde encode``: embed texts from arguments, a file or stdin into ``.npy``, ``.jsonl``, ``.json`` or ``.parquet``."""
+"""``wde encode``: embed texts from arguments, a file or stdin into ``.npy``, ``.jsonl``, ``.json``, ``.parquet``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ PROGRESS_THRESHOLD = 256
 @input_options
 @click.option("-o", "--output", default=None, help="Write to FILE (.npy, .jsonl, .json or .parquet); JSON lines on "
               "stdout when omitted.")
-@click.option("--output-format", "output_format_name", type=click.Choice(sorted(set(OUTPUT_FORMATS.values()))), default=None,
-              help="Format of --output when not its suffix.")
+@click.option("--output-format", "output_format_name", type=click.Choice(sorted(set(OUTPUT_FORMATS.values()))),
+              default=None, help="Format of --output when not its suffix.")
 @click.option("--normalize/--no-normalize", default=None, help="Override the model's normalization.")
 @click.option("--dimensions", type=int, default=None, help="Matryoshka: keep the first N dimensions.")
 @click.option("--output-type", "output_types", multiple=True, default=("dense",), show_default=True,
