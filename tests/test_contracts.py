@@ -126,8 +126,9 @@ def code_lines(path: Path) -> int:
 # listeners and request timestamps then added about 80, and wde inspect's bfloat16 note 16. This ratchet keeps it from growing further while
 # later changes bring it down. Issue 13's symmetric sliding window in the attention backends (ModernBERT's and
 # Gemma 3's local layers) added 24. Issue 16's tensor-parallel layers (wde_core/parallel.py) and their hooks in
-# load_weights, assemble_pipeline (an executor's check_pipeline) and EngineArgs added 112.
-LINE_RATCHET = 3256
+# load_weights, assemble_pipeline (an executor's check_pipeline) and EngineArgs added 112. Issue 15's command
+# line (input and output formats in cli_io.py, install hints and CLI wording in cli_hints.py) added 200.
+LINE_RATCHET = 3456
 
 
 def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():

@@ -17,26 +17,25 @@ import numpy as np
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
                  ".parquet": "parquet"}
 OUTPUT_FORMATS = {".npy": "npy", ".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
-Texts = tuple[list[str], "list[Any] | None"]
 
 
 def input_options(command):
     """The input options shared by the commands that read texts: -i, --input-format, --column, --encoding."""
-    for option in reversed([
+    options = [
         click.option("-i", "--input", "input_file", default=None,
                      help="Read texts from FILE ('-': stdin); its suffix names the format (see --input-format)."),
         click.option("--input-format", type=click.Choice(sorted(set(INPUT_FORMATS.values()))), default=None,
                      help="Format of --input or stdin when not its suffix (stdin: txt, one text per line)."),
         click.option("--column", default="text", show_default=True,
                      help="The field (.jsonl, .json) or column (.csv, .tsv, .parquet) holding the text."),
-        click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of the input."),
-    ]):
+        click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of the input.")]
+    for option in reversed(options):
         command = option(command)
     return command
 
 
 def read_inputs(texts: tuple[str, ...], input_file: str | None, *, input_format: str | None = None,
-                column: str = "text", encoding: str = "utf-8") -> Texts:
+                column: str = "text", encoding: str = "utf-8") -> tuple[list[str], list[Any] | None]:
     """Return the texts (arguments, ``input_file`` or stdin) and their ids (an ``id`` field or column), if any."""
     if texts and input_file:
         raise click.UsageError("give texts as arguments or --input, not both")
@@ -44,26 +43,26 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None, *, input_format:
         return list(texts), None
     stdin = input_file in (None, "-")
     name = "stdin" if stdin else input_file
-    fmt = input_format or ("txt" if stdin else _input_format(input_file))
-    if stdin:
-        data = sys.stdin.buffer.read()
-    elif not Path(input_file).is_file():
+    fmt = input_format or ("txt" if stdin else format_of(input_file, INPUT_FORMATS, "input", click.ClickException))
+    if not stdin and not Path(input_file).is_file():
         raise click.ClickException(f"{name}: no such file")
+    data = sys.stdin.buffer.read() if stdin else Path(input_file).read_bytes()
+    if fmt == "parquet":
+        items, ids = _table(name, _parquet(name, data), column)
     else:
-        data = Path(input_file).read_bytes()
-    items, ids = READERS[fmt](name, data, column, encoding)
+        items, ids = READERS[fmt](name, decode(name, data, encoding), column)
     if not items:
         raise click.ClickException(f"{name}: no texts (empty or only blank lines)")
     return items, ids if ids and any(i is not None for i in ids) else None
 
 
-def _input_format(path: str) -> str:
+def format_of(path: str, formats: dict[str, str], what: str, error: type[click.ClickException]) -> str:
+    """The format that ``path``'s suffix names, or an error listing the known suffixes."""
     suffix = Path(path).suffix.lower()
-    if suffix not in INPUT_FORMATS:
-        what = f"suffix {suffix!r}" if suffix else "no suffix"
-        raise click.ClickException(f"{path}: unknown input format ({what}); known: {', '.join(INPUT_FORMATS)}; "
-                                   "or name one with --input-format")
-    return INPUT_FORMATS[suffix]
+    if suffix not in formats:
+        raise error(f"{path}: unknown {what} format ({f'suffix {suffix!r}' if suffix else 'no suffix'}); known: "
+                    f"{', '.join(formats)}; or name one with --{what}-format")
+    return formats[suffix]
 
 
 def decode(name: str, data: bytes, encoding: str) -> str:
@@ -78,72 +77,69 @@ def decode(name: str, data: bytes, encoding: str) -> str:
                                    f"({exc.reason}); name the file's encoding with --encoding") from None
 
 
-def _read_txt(name: str, data: bytes, column: str, encoding: str) -> Texts:
-    lines = (line.rstrip("\r") for line in decode(name, data, encoding).split("\n"))
+def _txt(name: str, text: str, column: str) -> tuple[list[str], None]:
+    lines = (line.rstrip("\r") for line in text.split("\n"))
     return [line for line in lines if line.strip()], None
 
 
-def _record_text(name: str, where: str, record: Any, column: str) -> tuple[str, Any]:
-    if isinstance(record, str):
-        return record, None
-    if not isinstance(record, dict) or not isinstance(record.get(column), str):
-        raise click.ClickException(f"{name} {where}: field {column!r} must be a string")
-    return record[column], record.get("id")
-
-
-def _read_jsonl(name: str, data: bytes, column: str, encoding: str) -> Texts:
+def _records(name: str, records: list[tuple[str, Any]], column: str) -> tuple[list[str], list[Any]]:
+    """Texts and ids of ``(where, record)`` pairs, each a string or an object with ``column`` (and ``id``)."""
     texts, ids = [], []
-    for number, line in enumerate(decode(name, data, encoding).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise click.ClickException(f"{name} line {number}: not JSON ({exc})") from None
-        text, id_ = _record_text(name, f"line {number}", record, column)
-        texts.append(text)
-        ids.append(id_)
+    for where, record in records:
+        if not isinstance(record, str) and not (isinstance(record, dict) and isinstance(record.get(column), str)):
+            raise click.ClickException(f"{name} {where}: field {column!r} must be a string")
+        texts.append(record if isinstance(record, str) else record[column])
+        ids.append(record.get("id") if isinstance(record, dict) else None)
     return texts, ids
 
 
-def _read_json(name: str, data: bytes, column: str, encoding: str) -> Texts:
+def _jsonl(name: str, text: str, column: str) -> tuple[list[str], list[Any]]:
+    records = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            records.append((f"line {number}", _json(f"{name} line {number}", line)))
+    return _records(name, records, column)
+
+
+def _json(name: str, text: str) -> Any:
     try:
-        records = json.loads(decode(name, data, encoding) or "[]")
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"{name}: not JSON ({exc})") from None
+
+
+def _json_array(name: str, text: str, column: str) -> tuple[list[str], list[Any]]:
+    records = _json(name, text or "[]")
     if not isinstance(records, list):
         raise click.ClickException(f"{name}: expected a JSON array of strings or of objects with {column!r}")
-    pairs = [_record_text(name, f"item {i}", record, column) for i, record in enumerate(records)]
-    return [text for text, _ in pairs], [id_ for _, id_ in pairs]
+    return _records(name, [(f"item {i}", record) for i, record in enumerate(records)], column)
 
 
-def _read_table(name: str, rows: list[dict[str, Any]], columns: list[str], column: str) -> Texts:
+def _csv(name: str, text: str, column: str, delimiter: str = ",") -> tuple[list[str], list[Any] | None]:
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        return _table(name, (list(reader), reader.fieldnames or []), column)
+    except csv.Error as exc:
+        raise click.ClickException(f"{name} line {reader.line_num}: {exc}") from None
+
+
+def _table(name: str, table: tuple[list[dict[str, Any]], list[str]], column: str) -> tuple[list, list | None]:
+    rows, columns = table
     if column not in columns:
         raise click.ClickException(f"{name}: no column {column!r} (columns: {', '.join(map(str, columns))}); "
                                    "name one with --column")
-    texts = [row[column] for row in rows]
-    bad = next((i for i, text in enumerate(texts) if not isinstance(text, str)), None)
+    bad = next((i for i, row in enumerate(rows) if not isinstance(row[column], str)), None)
     if bad is not None:
-        raise click.ClickException(f"{name} row {bad + 1}: column {column!r} must be text, not {texts[bad]!r}")
-    return texts, [row.get("id") for row in rows] if "id" in columns else None
+        raise click.ClickException(f"{name} row {bad + 1}: column {column!r} must be text, not {rows[bad][column]!r}")
+    return [row[column] for row in rows], [row.get("id") for row in rows] if "id" in columns else None
 
 
-def _read_csv(name: str, data: bytes, column: str, encoding: str, delimiter: str = ",") -> Texts:
-    reader = csv.DictReader(io.StringIO(decode(name, data, encoding), newline=""), delimiter=delimiter)
+def _parquet(name: str, data: bytes) -> tuple[list[dict[str, Any]], list[str]]:
     try:
-        rows = list(reader)
-    except csv.Error as exc:
-        raise click.ClickException(f"{name} line {reader.line_num}: {exc}") from None
-    return _read_table(name, rows, reader.fieldnames or [], column)
-
-
-def _read_parquet(name: str, data: bytes, column: str, encoding: str) -> Texts:
-    pq = _pyarrow_parquet(name)
-    try:
-        table = pq.read_table(io.BytesIO(data))
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+        table = _pyarrow_parquet(name).read_table(io.BytesIO(data))
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise click.ClickException(f"{name}: not a Parquet file ({exc})") from None
-    return _read_table(name, table.to_pylist(), table.column_names, column)
+    return table.to_pylist(), table.column_names
 
 
 def _pyarrow_parquet(name: str):
@@ -154,22 +150,16 @@ def _pyarrow_parquet(name: str):
     return pq
 
 
-READERS = {"txt": _read_txt, "jsonl": _read_jsonl, "json": _read_json, "csv": _read_csv,
-           "tsv": lambda *args: _read_csv(*args, delimiter="\t"), "parquet": _read_parquet}
+READERS = {"txt": _txt, "jsonl": _jsonl, "json": _json_array, "csv": _csv,
+           "tsv": lambda name, text, column: _csv(name, text, column, "\t")}
 
 
 def output_format(output: str | None, fmt: str | None, output_types: tuple[str, ...] = ("dense",)) -> str:
     """The output format: ``fmt`` if given, else the suffix of ``output`` (JSON lines on stdout); checked
     against the output types before any model runs."""
-    if fmt is None and output not in (None, "-"):
-        suffix = Path(output).suffix.lower()
-        fmt = OUTPUT_FORMATS.get(suffix)
-        if fmt is None:
-            what = f"suffix {suffix!r}" if suffix else "no suffix"
-            raise click.UsageError(f"{output}: unknown output format ({what}); known: {', '.join(OUTPUT_FORMATS)}; "
-                                   "or name one with --output-format")
-    fmt = fmt or "jsonl"
-    if fmt in ("npy", "parquet") and output in (None, "-"):
+    to_stdout = output in (None, "-")
+    fmt = fmt or ("jsonl" if to_stdout else format_of(output, OUTPUT_FORMATS, "output", click.UsageError))
+    if fmt in ("npy", "parquet") and to_stdout:
         raise click.UsageError(f"--output-format {fmt} needs --output FILE")
     others = [t for t in output_types if t != "dense"]
     if (fmt == "npy" and others) or (fmt == "parquet" and "sparse" in others):
@@ -195,10 +185,9 @@ def write_outputs(results: Any, ids: list[Any] | None, output: str | None, fmt: 
     if fmt == "parquet":
         import pyarrow as pa
 
-        _pyarrow_parquet(output).write_table(pa.Table.from_pylist(records), output)
-        return
-    text = (json.dumps(records, ensure_ascii=False) + "\n" if fmt == "json"
-            else "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        return _pyarrow_parquet(output).write_table(pa.Table.from_pylist(records), output)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records) if fmt == "jsonl" else (
+        json.dumps(records, ensure_ascii=False) + "\n")
     if output in (None, "-"):
         click.echo(text, nl=False)
     else:
