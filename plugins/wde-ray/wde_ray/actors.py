@@ -1,0 +1,94 @@
+"""The callable classes ``map_batches`` runs on an actor pool: each actor builds one ``Engine`` and turns a
+batch (a ``pyarrow.Table``) into the same table with the engine's output column(s) added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from wde_ray.rows import (ERROR_COLUMN, error_column, find_problems, output_column, raise_first, row_ids,
+                          scatter, text_problem)
+
+
+class EngineActor:
+    """One ``Engine`` per actor; ``__call__`` runs the engine's ``method`` on a batch's rows."""
+
+    method = "encode"
+
+    def __init__(self, model: str | None, engine_args: dict[str, Any], columns: tuple[str, ...],
+                 id_column: str | None, on_error: str, allow_empty: bool, call_args: dict[str, Any]) -> None:
+        from wde_core.plugin_api import Engine
+
+        self.engine = Engine(model, **engine_args)
+        self.columns, self.id_column, self.on_error = columns, id_column, on_error
+        self.allow_empty, self.call_args = allow_empty, call_args
+
+    def inputs(self, batch: pa.Table) -> list[Any]:
+        """The engine's inputs, one per row: the text, or a tuple of the row's texts for pairs."""
+        values = [batch.column(c).to_pylist() for c in self.columns]
+        return values[0] if len(values) == 1 else list(zip(*values))
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        inputs, n = self.inputs(batch), batch.num_rows
+        problems = find_problems(inputs, self.columns, lambda _: None, self.check)
+        keep = [i for i in range(n) if i not in problems]
+        try:
+            prepared = self.engine.prepare(self.method, [inputs[i] for i in keep], **self.call_args)
+        except (ValueError, TypeError):
+            problems = find_problems(inputs, self.columns, self.prepare_one, self.check)
+            keep = [i for i in range(n) if i not in problems]
+            prepared = self.engine.prepare(self.method, [inputs[i] for i in keep], **self.call_args)
+        if self.on_error == "raise":
+            raise_first(problems, row_ids(batch, self.id_column))
+        result = prepared.collect(self.engine.run(prepared.requests)) if keep else None
+        out = self.add_outputs(batch, result, keep)
+        if self.on_error == "null":
+            out = out.append_column(ERROR_COLUMN, error_column(problems, n))
+        return out
+
+    def check(self, value: Any) -> str | None:
+        """Why one column's value cannot go to the engine (``None``: it can)."""
+        return text_problem(value, allow_empty=self.allow_empty)
+
+    def prepare_one(self, row: list[Any]) -> Any:
+        """The engine's validation of one row (raises ``ValueError``/``TypeError`` for a bad one)."""
+        return self.engine.prepare(self.method, row, **self.call_args)
+
+    def add_outputs(self, batch: pa.Table, result: Any, keep: list[int]) -> pa.Table:
+        """``batch`` with the output column(s) appended."""
+        raise NotImplementedError
+
+
+class EmbedActor(EngineActor):
+    """``Engine.encode`` on a text column: one column per output (``dense`` vectors, ``sparse``, ``colbert``)."""
+
+    def __init__(self, *args: Any, output_columns: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.output_columns = output_columns
+        warm = self.engine.encode(["warm up"], **self.call_args)  # also gives the dense width
+        dense = warm.get("dense") if isinstance(warm, dict) else warm
+        self.dim = dense.shape[1] if "dense" in output_columns else 0
+
+    def add_outputs(self, batch: pa.Table, result: Any, keep: list[int]) -> pa.Table:
+        """One column per requested output, null for the rows that failed."""
+        single = len(self.output_columns) == 1
+        for name, column in self.output_columns.items():
+            values = [] if result is None else (result if single else result[name])
+            batch = batch.append_column(column, output_column(name, values, keep, batch.num_rows, self.dim))
+        return batch
+
+
+class ScoreActor(EngineActor):
+    """``Engine.score`` on a pair of text columns (query, document): a float32 score column."""
+
+    method = "score"
+
+    def __init__(self, *args: Any, output_column: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.output_column = output_column
+
+    def add_outputs(self, batch: pa.Table, result: Any, keep: list[int]) -> pa.Table:
+        """The score column, null for the rows that failed."""
+        scores = [] if result is None else [float(s) for s in result]
+        return batch.append_column(self.output_column, pa.array(scatter(scores, keep, batch.num_rows), pa.float32()))
