@@ -56,3 +56,10 @@ def test_building_a_project_of_the_checkout_leaves_it_clean(tmp_path, project):
     assert [p for p in after if p not in before] == []  # no build/, no *.egg-info
     gitignore = (ROOT / ".gitignore").read_text().splitlines()
     assert "build/" in gitignore and "*.egg-info/" in gitignore
+
+
+@pytest.mark.parametrize("pyproject", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("plugins/*/pyproject.toml")))
+def test_every_plugin_of_the_checkout_builds_out_of_tree(pyproject):
+    text = (ROOT / pyproject).read_text(encoding="utf-8")
+    assert 'build-backend = "flit_core.buildapi"' in text, (
+        f"{pyproject}: setuptools writes build/ and *.egg-info into the checkout; build with flit_core")
