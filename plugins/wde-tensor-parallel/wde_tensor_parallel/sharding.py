@@ -15,6 +15,10 @@ from wde_core.plugin_api import (ColumnParallelLinear, RowParallelLinear, Tensor
                                  set_tensor_parallel)
 
 _LAYER_INDEX = re.compile(r"\.\d+\.")
+_NOTES = {"column": "output rows split per fused part (q/k/v by heads, gate/up)",
+          "row": "input columns split, one all-reduce each, bias added once",
+          "vocab": "vocabulary rows split, one all-reduce", "replicated": "whole on every rank"}
+_MIB = 1 / 2 ** 20
 
 
 class TensorParallelError(ValueError):
@@ -26,18 +30,31 @@ class ShardingPlan:
     """Which weights split how across ``size`` ranks, and the parameter bytes of one rank and of the whole model."""
 
     size: int
-    rank_bytes: int = 0
-    whole_bytes: int = 0
     splits: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    bytes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))  # kind -> rank, whole
+
+    @property
+    def rank_bytes(self) -> int:
+        """Parameter bytes of one rank."""
+        return sum(rank for rank, _ in self.bytes.values())
+
+    @property
+    def whole_bytes(self) -> int:
+        """Parameter bytes of the whole model."""
+        return sum(whole for _, whole in self.bytes.values())
 
     def reasons(self, backend: str) -> dict[str, str]:
-        """The plan as ``wde inspect`` lines (pipeline reasons)."""
-        mb = 1 / 2 ** 20
+        """The plan as ``wde inspect`` lines (pipeline reasons): one per kind of split, with its bytes per rank."""
         lines = {"tensor_parallel": f"{self.size} ranks ({backend}), one process each; parameters per rank "
-                                    f"{self.rank_bytes * mb:.2f} MiB of {self.whole_bytes * mb:.2f} MiB "
+                                    f"{self.rank_bytes * _MIB:.2f} MiB of {self.whole_bytes * _MIB:.2f} MiB "
                                     f"({self.rank_bytes / max(self.whole_bytes, 1):.2f}x)"}
-        for kind, names in self.splits.items():
-            lines[f"tp_{kind}"] = ", ".join(names)
+        for kind in _NOTES:
+            if kind in self.splits:
+                rank, whole = self.bytes[kind]
+                names = self.splits[kind]
+                shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+                lines[f"tp_{kind}"] = (f"{_NOTES[kind]}; {rank * _MIB:.2f} of {whole * _MIB:.2f} MiB per rank: "
+                                       f"{shown}")
         return lines
 
 
@@ -81,14 +98,12 @@ def sharding_plan(pipeline, size: int) -> ShardingPlan:
     for module_name, module in split.named_modules():
         for attr, param in module.named_parameters(recurse=False):
             name = f"{module_name}.{attr}" if module_name else attr
-            plan.rank_bytes += param.numel() * width
-            plan.whole_bytes += whole[name].numel() * width
             kind = _kind(module, attr)
+            plan.bytes[kind][0] += param.numel() * width
+            plan.bytes[kind][1] += whole[name].numel() * width
             pattern = _LAYER_INDEX.sub(".*.", name)
             if pattern not in plan.splits[kind]:
                 plan.splits[kind].append(pattern)
-    for kind in plan.splits:
-        plan.splits[kind] = _describe(kind, plan.splits[kind], split, size)
     return plan
 
 
@@ -101,10 +116,3 @@ def _kind(module: torch.nn.Module, attr: str) -> str:
         return "vocab"
     return "replicated"
 
-
-def _describe(kind: str, names: list[str], model, size: int) -> list[str]:
-    notes = {"column": f"output rows split {size} ways per fused part (q/k/v by heads, gate/up)",
-             "row": f"input columns split {size} ways, one all-reduce each; bias added once",
-             "vocab": f"vocabulary rows split {size} ways, one all-reduce", "replicated": "whole on every rank"}
-    return [f"{notes[kind]}: {len(names)} weight(s)"] + names[:12] + ([f"... {len(names) - 12} more"]
-                                                                          if len(names) > 12 else [])
