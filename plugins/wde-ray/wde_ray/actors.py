@@ -32,13 +32,11 @@ class EngineActor:
     def __call__(self, batch: pa.Table) -> pa.Table:
         inputs, n = self.inputs(batch), batch.num_rows
         problems = find_problems(inputs, self.columns, lambda _: None, self.check)
-        keep = [i for i in range(n) if i not in problems]
         try:
-            prepared = self.engine.prepare(self.method, [inputs[i] for i in keep], **self.call_args)
-        except (ValueError, TypeError):
+            keep, prepared = self.prepare_kept(inputs, problems)
+        except (ValueError, TypeError):  # the engine refused a row: find which, one row at a time
             problems = find_problems(inputs, self.columns, self.prepare_one, self.check)
-            keep = [i for i in range(n) if i not in problems]
-            prepared = self.engine.prepare(self.method, [inputs[i] for i in keep], **self.call_args)
+            keep, prepared = self.prepare_kept(inputs, problems)
         if self.on_error == "raise":
             raise_first(problems, row_ids(batch, self.id_column))
         result = prepared.collect(self.engine.run(prepared.requests)) if keep else None
@@ -46,6 +44,11 @@ class EngineActor:
         if self.on_error == "null":
             out = out.append_column(ERROR_COLUMN, error_column(problems, n))
         return out
+
+    def prepare_kept(self, inputs: list[Any], problems: dict) -> tuple[list[int], Any]:
+        """The rows without a problem, and the engine's prepared call of them (``None`` when there are none)."""
+        keep = [i for i in range(len(inputs)) if i not in problems]
+        return keep, self.engine.prepare(self.method, [inputs[i] for i in keep], **self.call_args) if keep else None
 
     def check(self, value: Any) -> str | None:
         """Why one column's value cannot go to the engine (``None``: it can)."""

@@ -36,6 +36,7 @@ def run_pool(ds: Any, actor: type, constructor: dict[str, Any], *, batch_size: i
         actor, fn_constructor_kwargs=constructor, batch_format="pyarrow", batch_size=batch_size,
         compute=actor_pool(workers), num_cpus=num_cpus, num_gpus=num_gpus or None)
     out.context.execution_options.preserve_order = True
+    out.context.raise_original_map_exception = True  # a bad row raises a RowError, not Ray's UserCodeException
     return out
 
 

@@ -53,7 +53,7 @@ def embed_dataset(input_path, output_path, model, column, output_column, id_colu
         cause = find_cause(exc, RowError) or exc
         if not isinstance(cause, (ValueError, TypeError, OSError)):
             raise
-        raise click.ClickException(str(cause)) from None
+        raise click.ClickException(str(cause).split("\n")[0]) from None
     finally:
         if started:
             import ray

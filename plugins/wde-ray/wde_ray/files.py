@@ -51,7 +51,7 @@ def start_ray(address: str | None, cpus_needed: float) -> bool:
 
 
 def find_cause(exc: BaseException, kind: type) -> BaseException | None:
-    """The ``kind`` exception that caused ``exc`` (through Ray's task errors and ``__cause__`` chains), if any."""
+    """The ``kind`` exception itself (not Ray's task error posing as one) that caused ``exc``, if any."""
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -59,7 +59,7 @@ def find_cause(exc: BaseException, kind: type) -> BaseException | None:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, kind):
+        if type(current) is kind:
             return current
         causes = (current.__cause__, current.__context__, getattr(current, "cause", None))
         todo += [c for c in causes if isinstance(c, BaseException)]

@@ -32,8 +32,12 @@ from wde_core.plugin_api import parse_engine_args
               help="Texts (.txt lines or .jsonl 'text') whose embeddings set the int8/uint8 ranges.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--ray", "on_ray", is_flag=True, help="Serve through Ray Serve, in --replicas replicas (needs wde-ray).")
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1), help="With --ray: replicas.")
+@click.option("--address", default=None, help="With --ray: the Ray cluster to join (default: RAY_ADDRESS, else a "
+                                              "local Ray).")
 def serve(models, host, port, names, engine_args, max_client_batch_size, payload_limit, max_concurrent_requests,
-          api_key, protect_all, auto_truncate, calibration, log_level) -> None:
+          api_key, protect_all, auto_truncate, calibration, log_level, on_ray, replicas, address) -> None:
     """Serve MODELS (default: the embedded default model) over HTTP: OpenAI, Cohere, Jina, TEI and vLLM
     routes; a request's `model` field (TEI routes: ?model=) picks the model. Docs at /docs."""
     import uvicorn
@@ -48,6 +52,9 @@ def serve(models, host, port, names, engine_args, max_client_batch_size, payload
         options = ServerOptions(max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
                                 max_concurrent_requests=max_concurrent_requests, api_key=api_key,
                                 protect_all=protect_all, auto_truncate=auto_truncate, calibration=calibration)
+        if on_ray or replicas > 1 or address:
+            return serve_on_ray(models, names, options, parse_engine_args(engine_args), on_ray=on_ray,
+                                replicas=replicas, address=address, host=host, port=port)
         app = create_app(list(models) or [None], options, served_model_names=names,
                          **parse_engine_args(engine_args))
     except (LookupError, ValueError, TypeError, OSError) as exc:
@@ -58,3 +65,18 @@ def serve(models, host, port, names, engine_args, max_client_batch_size, payload
         signal.signal(stop, lambda *_: None)
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=None,
                 limit_concurrency=None, access_log=False)
+
+
+def serve_on_ray(models, names, options, engine_args, *, on_ray, replicas, address, host, port) -> None:
+    """``wde serve --ray``: the same app as a Ray Serve deployment of ``replicas`` replicas (``wde_ray.serve_app``)."""
+    if not on_ray:
+        raise click.UsageError("--replicas and --address serve through Ray: add --ray")
+    try:
+        from wde_ray import serve as ray_serve
+    except ImportError as exc:
+        raise click.ClickException(f"--ray needs the wde-ray plugin and Ray: pip install wde-ray ({exc})") from None
+    from dataclasses import asdict
+
+    app = ray_serve.serve_app(list(models) or [None], num_replicas=replicas, served_model_names=names,
+                              **asdict(options), **engine_args)
+    ray_serve.run(app, host=host, port=port, address=address)
