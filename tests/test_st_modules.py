@@ -1,4 +1,5 @@
-"""sentence-transformers ``Dense`` modules after pooling (LaBSE, EmbeddingGemma): wde vs sentence-transformers."""
+"""sentence-transformers files as sentence-transformers 6 saves them: Dense modules after pooling (LaBSE,
+EmbeddingGemma) and the max length in tokenizer_config.json; wde vs sentence-transformers."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ TEXTS = ["a short one", "a somewhat longer sentence about the weather in spring"
          "Dense layers project the pooled vector", "x " * 40]
 
 
-def _save_st_model(directory, dense_modules, *, pooling="mean", normalize=True):
+def _save_st_model(directory, dense_modules, *, pooling="mean", normalize=True, max_seq_length=128):
     """A random BERT with ``dense_modules`` (built by the caller from the hidden size 64) saved by ST itself."""
     bert = save_random_bert(directory / "bert")
     torch.manual_seed(3)
-    modules = [Transformer(str(bert), max_seq_length=128), Pooling(64, pooling), *dense_modules(64)]
+    modules = [Transformer(str(bert), max_seq_length=max_seq_length), Pooling(64, pooling), *dense_modules(64)]
     model = SentenceTransformer(modules=modules + ([Normalize()] if normalize else []), device="cpu")
     model.save(str(directory / "st"))
     return directory / "st", model
@@ -63,3 +64,15 @@ def test_a_dense_module_with_an_unknown_activation_is_refused_by_name(tmp_path):
     config_file.write_text(json.dumps({**config, "activation_function": "my_package.Swish"}))
     with pytest.raises(ValueError, match=r"unsupported sentence-transformers modules: Dense \(2_Dense: activation Swish"):
         Engine(str(path))
+
+
+def test_the_max_length_sentence_transformers_6_keeps_in_the_tokenizer_config(tmp_path):
+    # sentence-transformers >= 6 writes no max_seq_length into sentence_bert_config.json: it is the tokenizer's
+    # model_max_length, capped at max_position_embeddings (128 here), as older releases did when it was absent
+    path, reference = _save_st_model(tmp_path, lambda h: [], max_seq_length=20)
+    assert "max_seq_length" not in json.loads((path / "sentence_bert_config.json").read_text())
+    long_text = ["word " * 60, "short"]
+    with Engine(str(path)) as engine:
+        assert engine.pipeline.settings.max_model_len == reference.max_seq_length == 20
+        assert engine.pipeline.reasons["max_model_len"] == "tokenizer_config.json model_max_length"
+        np.testing.assert_allclose(np.stack(engine.encode(long_text)), reference.encode(long_text), atol=1e-5)

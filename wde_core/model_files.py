@@ -31,6 +31,7 @@ class SentenceTransformerFiles:
     include_prompt: bool = True
     normalize: bool | None = None
     max_seq_length: int | None = None
+    tokenizer_max_length: int | None = None  # tokenizer_config.json model_max_length (sentence-transformers >= 6)
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     dense: list[dict] = field(default_factory=list)  # each Dense module's config.json, with its "path"
@@ -122,6 +123,8 @@ def read_sentence_transformer_files(path: Path) -> SentenceTransformerFiles:
         st.normalize = False
     bert_config = _read_json(path / "sentence_bert_config.json") or {}
     st.max_seq_length = bert_config.get("max_seq_length")
+    limit = (_read_json(path / "tokenizer_config.json") or {}).get("model_max_length")
+    st.tokenizer_max_length = limit if isinstance(limit, int) and limit < 1_000_000_000 else None  # 1e30: unset
     st_config = _read_json(path / "config_sentence_transformers.json") or {}
     st.prompts = dict(st_config.get("prompts") or {})
     st.default_prompt_name = st_config.get("default_prompt_name")

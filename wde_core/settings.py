@@ -51,9 +51,11 @@ def decide_model_settings(directory, link: ArchitectureLink, args, reasons: dict
                      (defaults.get("normalize"), plugin), (False, "core default"))
     offset = int(pick("position_offset", reasons, (defaults.get("position_offset"), plugin), (0, "core default")))
     limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None
+    tokenizer = st.tokenizer_max_length if limit is None or (st.tokenizer_max_length or limit) < limit else None
     max_len = pick("max_model_len", reasons, (args.max_model_len, "engine argument max_model_len"),
-                   (st.max_seq_length, "sentence_bert_config.json"), (limit, "config.json max_position_embeddings"),
-                   (defaults.get("max_model_len"), plugin))
+                   (st.max_seq_length, "sentence_bert_config.json"),  # as sentence-transformers: the smaller of
+                   (tokenizer, "tokenizer_config.json model_max_length"),  # the tokenizer's and the positions
+                   (limit, "config.json max_position_embeddings"), (defaults.get("max_model_len"), plugin))
     if limit is not None and max_len > limit:
         raise ValueError(f"engine argument max_model_len={max_len} exceeds the model's {limit} positions")
     causal = bool(pick("causal", reasons, (defaults.get("causal"), plugin), (False, "core default")))
