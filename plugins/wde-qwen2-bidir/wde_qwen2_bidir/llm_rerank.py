@@ -17,11 +17,15 @@ KNOWN_RERANKERS = ("qwen3-reranker",)
 ANSWERS = ("yes", "no")
 
 
+def names_of(directory) -> list[str]:
+    """The model's id, its path and the ``_name_or_path`` of its ``config.json``: what variant matchers read."""
+    return [str(directory.name), str(directory.path), str(read_config_json(directory.path).get("_name_or_path") or "")]
+
+
 def is_qwen3_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names a Qwen3-Reranker."""
-    names = [str(directory.name), str(directory.path), str(read_config_json(directory.path).get("_name_or_path") or "")]
     for fragment in KNOWN_RERANKERS:
-        for name in names:
+        for name in names_of(directory):
             if fragment in name.lower():
                 return f"LLM yes/no reranker ({fragment!r} in {name!r})"
     return None

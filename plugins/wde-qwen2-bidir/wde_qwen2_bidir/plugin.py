@@ -54,6 +54,7 @@ def wde_register_tokenizers(register):
     register("hf-fast-eos", "wde_qwen2_bidir.tokenizer:EosAppendingTokenizer",
              "the model's fast tokenizer; EOS appended when tokenizer_config.json has add_eos_token")
     register("qwen3-rerank", f"{RERANK}:Qwen3RerankTokenizer", "pairs in Qwen3-Reranker's chat prompt")
+    register("mxbai-rerank", "wde_qwen2_bidir.mxbai_rerank:MxbaiRerankTokenizer", "pairs in mxbai-rerank-v2's prompt")
 
 
 @hookimpl
@@ -64,6 +65,9 @@ def wde_register_workflows(register):
     register(replace(EMBED_WORKFLOW, name="llm-rerank", input_processor="llm-pairs", tokenizer="qwen3-rerank",
                      output_processor="yes-no-score", engine_args="llm-rerank",
                      description="(query, document) pairs -> chat prompt -> sigmoid(logit yes - logit no)"))
+    register(replace(EMBED_WORKFLOW, name="mxbai-rerank", input_processor="llm-pairs", tokenizer="mxbai-rerank",
+                     output_processor="yes-no-score", engine_args="llm-rerank",
+                     description="(query, document) pairs -> mxbai-rerank-v2 prompt -> sigmoid(logit 1 - logit 0)"))
 
 
 @hookimpl
@@ -86,4 +90,12 @@ def wde_register_architectures(register):
         variant="qwen3-reranker", matches="wde_qwen2_bidir.llm_rerank:is_qwen3_reranker",
         configure="wde_qwen2_bidir.llm_rerank:configure_rerank",
         description="Qwen3-Reranker: an LLM yes/no reranker (task='rerank' forces it)",
+    ))
+    register(ArchitectureLink(
+        architecture="Qwen2ForCausalLM", task="rerank", workflow="mxbai-rerank",
+        model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
+        defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
+        variant="mxbai-rerank-v2", matches="wde_qwen2_bidir.mxbai_rerank:is_mxbai_reranker",
+        configure="wde_qwen2_bidir.mxbai_rerank:configure_mxbai",
+        description="mxbai-rerank-v2: an LLM 1/0 reranker (task='rerank' forces it)",
     ))

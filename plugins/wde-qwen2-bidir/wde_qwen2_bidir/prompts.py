@@ -25,3 +25,16 @@ def qwen3_rerank_body(query: str, document: str, instruction: str | None = None)
 def qwen3_rerank_text(query: str, document: str, instruction: str | None = None) -> str:
     """One (query, document) pair in Qwen3-Reranker's whole prompt, ending where the model says yes or no."""
     return RERANK_PREFIX + qwen3_rerank_body(query, document, instruction) + RERANK_SUFFIX
+
+# mxbai-rerank-v2 (Qwen2ForCausalLM), as the mxbai-rerank package (MxbaiRerankV2) lays out a pair:
+# prefix + "query: q" + sep + "document: d" + sep + task + suffix, each part tokenized on its own
+MXBAI_SEP = "\n"
+MXBAI_INSTRUCTION = "instruction: {instruction}"
+MXBAI_QUERY = "query: {query}"
+MXBAI_DOCUMENT = "document: {document}"
+MXBAI_TASK = ("You are a search relevance expert who evaluates how well documents match search queries. For each "
+              "query-document pair, carefully analyze the semantic relationship between them, then provide your "
+              "binary relevance judgment (0 for not relevant, 1 for relevant).\nRelevance:")
+MXBAI_PREFIX = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                "<|im_start|>user\n")
+MXBAI_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"
