@@ -91,3 +91,17 @@ def test_without_the_rerank_task_it_embeds_as_a_decoder(mxbai_dir):
         Engine(str(mxbai_dir))
     with Engine(str(mxbai_dir), task="embed") as engine:
         assert engine.pipeline.workflow.name == "decoder-embed"
+
+
+def test_the_variant_engine_argument_forces_it_for_a_renamed_directory(mxbai_dir, tmp_path):
+    import shutil
+
+    renamed = shutil.copytree(mxbai_dir, tmp_path / "my-reranker")
+    with pytest.raises(LookupError, match="no installed plugin serves architecture Qwen2ForCausalLM for task 'rerank'"):
+        Engine(str(renamed), task="rerank")
+    with Engine(str(renamed), variant="mxbai-rerank-v2") as forced, Engine(str(mxbai_dir), task="rerank") as named:
+        assert forced.pipeline.reasons["workflow"].startswith("Qwen2ForCausalLM (engine argument variant=")
+        np.testing.assert_allclose(forced.score(PAIRS), named.score(PAIRS), atol=1e-6)
+    with pytest.raises(LookupError, match=r"variant='nope': Qwen2ForCausalLM has no such variant \(variants: "
+                                          r"'mxbai-rerank-v2'\)"):
+        Engine(str(renamed), variant="nope")

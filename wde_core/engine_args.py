@@ -35,6 +35,7 @@ class EngineArgs:
     threads_per_replica: int | None = None
     tensor_parallel_size: int | None = None
     long_inputs: str = "truncate"
+    variant: str | None = None  # an architecture link's variant, chosen whatever its matcher says
 
     def __post_init__(self) -> None:
         for name, allowed in (("dtype", DTYPES), ("long_inputs", LONG_INPUTS), ("pooling", POOLINGS)):

@@ -77,7 +77,7 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     model = model or engine_args.pop("model", None) or _default_model(host, reasons)
     engine_args.pop("model", None)
     directory = open_model_directory(model, host.registry, engine_args.get("revision"))
-    link = _select_link(directory, engine_args.get("task"), host, reasons)
+    link = _select_link(directory, engine_args.get("task"), host, reasons, engine_args.get("variant"))
     workflow = host.registry.workflows[link.workflow]
     args_cls = host.registry.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
     args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
@@ -104,13 +104,14 @@ def _default_model(host: PluginHost, reasons: dict[str, str]) -> str:
     return model
 
 
-def _select_link(directory: ModelDirectory, task: str | None, host: PluginHost, reasons) -> ArchitectureLink:
+def _select_link(directory: ModelDirectory, task: str | None, host: PluginHost, reasons,
+                 variant: str | None = None) -> ArchitectureLink:
     archs = directory.architectures
     if not archs:
         raise NoWorkflowError(f"model {directory.name!r}: config.json lists no architectures")
     for arch in archs:
         links = [link for link in host.registry.links_for(arch) if task is None or link.task == task]
-        per_task = _applicable_links(directory, links)
+        per_task = _applicable_links(directory, links) if variant is None else _forced_variant(arch, links, variant)
         if len(per_task) == 1:
             (link, why), = per_task.values()
             matched = f" ({why})" if why else ""
@@ -135,6 +136,15 @@ def _applicable_links(directory: ModelDirectory, links: list[ArchitectureLink]) 
             raise NoWorkflowError(f"model {directory.name!r}: variants {previous[0].variant!r} and "
                                   f"{link.variant!r} of {link.architecture} both apply ({previous[1]}; {why})")
         chosen[link.task] = (link, why)
+    return chosen
+
+
+def _forced_variant(arch: str, links: list[ArchitectureLink], variant: str) -> dict[str, tuple]:
+    """The engine argument ``variant`` picks that link whatever its matcher says (e.g. a renamed directory)."""
+    chosen = {link.task: (link, f"engine argument variant={variant!r}") for link in links if link.variant == variant}
+    if not chosen and links:
+        known = ", ".join(sorted(repr(link.variant) for link in links if link.variant)) or "none"
+        raise NoWorkflowError(f"engine argument variant={variant!r}: {arch} has no such variant (variants: {known})")
     return chosen
 
 
