@@ -191,3 +191,78 @@ def test_an_actor_killed_mid_run_loses_and_duplicates_no_row(local_ray, rows, re
     assert not psutil.pid_exists(killed) or psutil.Process(killed).status() == psutil.STATUS_ZOMBIE
     assert table.column("id").to_pylist() == [r["id"] for r in rows[:n]]
     assert np.abs(vectors(table) - reference[:n]).max() <= TOL
+
+
+def embeddings_of(answer: dict) -> np.ndarray:
+    return np.array([d["embedding"] for d in answer["data"]], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def wde_serve_answer(rows) -> tuple[list[str], dict]:
+    """What plain ``wde serve``'s app answers to /v1/embeddings (in process), checked against ``Engine``."""
+    from starlette.testclient import TestClient
+    from wde_server import create_app
+
+    texts = [r["text"] for r in rows if len(r["text"].split()) < 150][:8]  # within the OpenAI route's limit
+    with TestClient(create_app([None], num_threads=1)) as client:
+        answer = client.post("/v1/embeddings", json={"input": texts}).json()
+    with Engine(num_threads=1) as engine:
+        assert np.abs(embeddings_of(answer) - engine.encode(texts)).max() <= TOL
+    return texts, answer
+
+
+def ask_until_two_replicas(url: str, texts: list[str]) -> list[tuple[str, dict]]:
+    """POST /v1/embeddings, 8 at a time, until two replicas have answered (at most 48 requests)."""
+    import httpx
+    from concurrent.futures import ThreadPoolExecutor
+
+    answers: list[tuple[str, dict]] = []
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(6):
+            for r in pool.map(lambda _: httpx.post(url + "/v1/embeddings", json={"input": texts}, timeout=120),
+                              range(8)):
+                assert r.status_code == 200, r.text
+                answers.append((r.headers["x-wde-replica"], r.json()))
+            if len({replica for replica, _ in answers}) == 2:
+                break
+    return answers
+
+
+def assert_same_as_wde_serve(answers: list[tuple[str, dict]], expected: dict) -> None:
+    assert len({replica for replica, _ in answers}) == 2
+    for _, answer in answers:
+        assert answer["model"] == expected["model"] and answer["usage"] == expected["usage"]
+        assert np.abs(embeddings_of(answer) - embeddings_of(expected)).max() <= TOL
+
+
+def test_serve_app_answers_from_two_replicas_as_wde_serve_does(local_ray, wde_serve_answer):
+    import wde_ray
+    from ray import serve
+    from serve_process import free_port
+
+    texts, expected = wde_serve_answer
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(wde_ray.serve_app([None], num_replicas=2, num_cpus=0.5), name="wde", route_prefix="/")
+    try:
+        assert_same_as_wde_serve(ask_until_two_replicas(f"http://127.0.0.1:{port}", texts), expected)
+    finally:
+        serve.shutdown()
+
+
+def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, tmp_path):
+    import httpx
+    from serve_process import ServeProcess
+
+    texts, expected = wde_serve_answer
+    address = ray.get_runtime_context().gcs_address
+    server = ServeProcess("--ray", "--replicas", "2", "--address", address, "--engine-arg", "num_threads=1",
+                          log=tmp_path / "serve.log", timeout=300)
+    try:
+        deadline = time.monotonic() + 300
+        while httpx.get(server.url + "/health", timeout=30).status_code != 200:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(1)
+        assert_same_as_wde_serve(ask_until_two_replicas(server.url, texts), expected)
+    finally:
+        assert server.stop() == 0, server.log()
