@@ -148,6 +148,17 @@ def test_a_killed_rank_fails_its_batch_naming_it_and_the_engine_refuses_new_work
     assert not engine.has_unfinished()
 
 
+@pytest.mark.slow
+def test_a_rank_that_raises_stops_the_group_instead_of_leaving_it_out_of_step(tiny_bert_dir):
+    with Engine(str(tiny_bert_dir), **TP) as engine:
+        future = engine.executor.submit(None)  # every rank fails before its first collective
+        with pytest.raises(RankDiedError, match=r"tensor_parallel rank [01] raised AttributeError: .*; "
+                                                r"1 batch\(es\) in flight failed"):
+            future.result(timeout=30)
+        with pytest.raises(BatchError, match="the tensor_parallel executor takes no more work: rank [01] raised"):
+            engine.encode("after the failure")
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 def test_nccl_two_gpus_equal_one(tmp_path):
     directory = save(tmp_path, "qwen2")

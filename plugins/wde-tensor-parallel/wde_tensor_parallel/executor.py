@@ -1,7 +1,8 @@
 """The tensor-parallel executor: N rank processes joined by torch.distributed (gloo on CPU, NCCL on CUDA with
 one device per rank), each holding 1/N of the weights. The engine process keeps scheduling and pre/post
-processing; each batch goes to every rank once, rank 0 returns the output. A rank that dies fails the batches
-in flight with :class:`RankDiedError` naming it, the other ranks are stopped, and later batches are refused."""
+processing; each batch goes to every rank once, rank 0 returns the output. A rank that dies (or raises, which
+leaves the others out of step) fails the batches in flight with :class:`RankDiedError` naming it, the other ranks
+are stopped, and later batches are refused."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ logger = logging.getLogger("wde")
 
 
 class RankDiedError(RuntimeError):
-    """A tensor-parallel rank died: the batches in flight failed and the executor takes no more work."""
+    """A tensor-parallel rank died or raised: the batches in flight failed and the executor takes no more work."""
 
 
 @dataclasses.dataclass
@@ -41,7 +42,6 @@ class _Job:
     future: Future
     waiting: int
     result: Any = None
-    error: str | None = None
 
 
 def tensor_parallel_size(pipeline) -> int:
@@ -136,34 +136,31 @@ class TensorParallelExecutor:
             try:
                 job_id, ok, payload = rank.conn.recv()
             except (EOFError, OSError):
-                self._rank_died(rank)
+                rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
+                self._break(f"rank {rank.index} (pid {rank.process.pid}) died with exit code {rank.process.exitcode}")
                 return
+            if not ok:  # the other ranks may wait for it in a collective: the group is out of step
+                self._break(f"rank {rank.index} raised {payload}")
+                continue
             with self._lock:
                 job = self._jobs.get(job_id)
                 if job is None:
                     continue
                 job.waiting -= 1
-                if not ok and job.error is None:
-                    job.error = f"tensor_parallel rank {rank.index}: {payload}"
-                elif ok and rank.index == 0:
-                    job.result = payload
+                job.result = payload if rank.index == 0 else job.result
                 if job.waiting:
                     continue
                 del self._jobs[job_id]
-            if job.error is None:
-                job.future.set_result(job.result)
-            else:
-                job.future.set_exception(RuntimeError(job.error))
+            job.future.set_result(job.result)
 
-    def _rank_died(self, rank: _Rank) -> None:
+    def _break(self, what: str) -> None:
+        """Fail the batches in flight, stop every rank and refuse later batches."""
         with self._lock:
             if self._closing or self.failure is not None:
                 return
-            rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
             failed = [job.future for job in self._jobs.values()]
             self._jobs.clear()
-            self.failure = (f"rank {rank.index} (pid {rank.process.pid}) died with exit code "
-                            f"{rank.process.exitcode}; {len(failed)} batch(es) in flight failed")
+            self.failure = f"{what}; {len(failed)} batch(es) in flight failed"
         logger.error("wde: tensor_parallel %s; stopping the other ranks", self.failure)
         self._stop_ranks(wait=False)  # the others would wait for the dead rank in their next collective
         for future in failed:
