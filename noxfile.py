@@ -12,7 +12,7 @@ nox.options.reuse_existing_virtualenvs = True
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
 PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker",
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
-            "./plugins/wde-rope-encoders", "./plugins/wde-gemma3", "./plugins/wde-modernbert",
+            "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel"]
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis
 SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]

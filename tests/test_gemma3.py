@@ -82,7 +82,7 @@ def test_unsupported_rope_and_softcapping_are_refused(tmp_path):
     linear = {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
     directory = save_random_model(tmp_path / "linear", _config(rope_parameters=linear), tokenizer="bpe")
-    with pytest.raises(ValueError, match="not supported by wde-gemma3"):
+    with pytest.raises(ValueError, match="not supported by wde-gemma"):
         Engine(str(directory)).encode(["x"])
     directory = save_random_model(tmp_path / "softcap", _config(attn_logit_softcapping=50.0), tokenizer="bpe")
     with pytest.raises(ValueError, match="attn_logit_softcapping"):

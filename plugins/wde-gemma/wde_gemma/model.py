@@ -1,5 +1,6 @@
-"""Gemma 3 text over packed sequences: scaled embeddings, sandwich RMSNorms ``(1 + w)``, q/k head norms, GQA,
-RoPE with one theta for global and one for sliding-window layers, GeGLU; bidirectional for EmbeddingGemma."""
+"""Gemma over packed sequences: scaled embeddings, RMSNorms ``(1 + w)``, GQA, RoPE, GeGLU. Gemma 3 text adds
+sandwich norms, q/k head norms, sliding-window local layers with their own RoPE theta, and is bidirectional
+for EmbeddingGemma; Gemma (1) is the plain pre-norm decoder (bge-reranker-v2-gemma)."""
 
 from __future__ import annotations
 
@@ -39,65 +40,79 @@ class GemmaRMSNorm(nn.Module):
         return (h * (1.0 + self.weight.float())).type_as(x)
 
 
+def layer_types(config) -> list[str]:
+    """Each layer's attention: Gemma 3's ``layer_types``, else every layer global."""
+    return list(getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers)
+
+
 def _rope_config(config, layer_type: str):
     """A config view with the RoPE parameters of one layer type, as :class:`RotaryTables` reads them."""
-    params = dict(config.rope_parameters[layer_type])
+    params = dict(config.rope_parameters.get(layer_type, config.rope_parameters))
     if params.get("rope_type", "default") != "default":
-        raise ValueError(f"gemma3: RoPE {params!r} for {layer_type} layers is not supported by wde-gemma3 "
+        raise ValueError(f"gemma3: RoPE {params!r} for {layer_type} layers is not supported by wde-gemma "
                          "(supported: default)")
     return SimpleNamespace(model_type=config.model_type, rope_parameters=params, head_dim=config.head_dim,
                            hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads)
 
 
-class Gemma3Layer(nn.Module):
-    """Pre- and post-normed attention (fused QKV, q/k norms, RoPE, a window on local layers) and GeGLU."""
+class GemmaLayer(nn.Module):
+    """Attention (fused QKV, RoPE; Gemma 3: q/k norms, a window on local layers) and GeGLU, pre-normed;
+    Gemma 3 also norms each branch's output before the residual add ("sandwich")."""
 
     def __init__(self, config, attention, layer_type: str) -> None:
         super().__init__()
         hidden, self.head_dim = config.hidden_size, config.head_dim
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.layer_type, self.attention = layer_type, attention
-        self.scale = config.query_pre_attn_scalar ** -0.5
+        self.sandwich = config.model_type.startswith("gemma3")
+        self.scale = (getattr(config, "query_pre_attn_scalar", None) or self.head_dim) ** -0.5
         # HF: |i - j| < sliding_window when bidirectional, 0 <= i - j < sliding_window when causal
         self.window = config.sliding_window - 1 if layer_type == "sliding_attention" else None
         self.qkv = Linear(hidden, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=config.attention_bias)
         self.o_proj = Linear(self.heads * self.head_dim, hidden, bias=config.attention_bias)
-        self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
-        self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+        if self.sandwich:
+            self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
         self.intermediate = config.intermediate_size
         self.gate_up = Linear(hidden, 2 * self.intermediate, bias=False)
-        self.act = ACT2FN[config.hidden_activation]
+        self.act = ACT2FN[getattr(config, "hidden_activation", None) or config.hidden_act]
         self.down_proj = Linear(self.intermediate, hidden, bias=False)
-        for name in _NORMS:
+        for name in _NORMS if self.sandwich else _NORMS[:2]:  # Gemma: post_attention_layernorm is the MLP's pre-norm
             setattr(self, name, GemmaRMSNorm(hidden, config.rms_norm_eps))
 
     def forward(self, x: torch.Tensor, rope: dict, attn_metadata) -> torch.Tensor:
         """One layer over the packed tokens ``x [T, H]``."""
         tokens, d = x.shape[0], self.head_dim
         q, k, v = self.qkv(self.input_layernorm(x)).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], -1)
-        q = rotate(self.q_norm(q.reshape(tokens, self.heads, d)), *rope[self.layer_type])
-        k = rotate(self.k_norm(k.reshape(tokens, self.kv_heads, d)), *rope[self.layer_type])
-        attended = self.attention.forward(q, k, v.reshape(tokens, self.kv_heads, d), attn_metadata,
-                                          scale=self.scale, window=self.window)
-        x = x + self.post_attention_layernorm(self.o_proj(attended.reshape(tokens, -1)))
+        q, k = q.reshape(tokens, self.heads, d), k.reshape(tokens, self.kv_heads, d)
+        if self.sandwich:
+            q, k = self.q_norm(q), self.k_norm(k)
+        attended = self.attention.forward(rotate(q, *rope[self.layer_type]), rotate(k, *rope[self.layer_type]),
+                                          v.reshape(tokens, self.kv_heads, d), attn_metadata, scale=self.scale,
+                                          window=self.window).reshape(tokens, -1)
+        if not self.sandwich:
+            x = self.o_proj(attended, residual=x)
+            gate, up = self.gate_up(self.post_attention_layernorm(x)).split(self.intermediate, dim=-1)
+            return self.down_proj(self.act(gate) * up, residual=x)
+        x = x + self.post_attention_layernorm(self.o_proj(attended))
         gate, up = self.gate_up(self.pre_feedforward_layernorm(x)).split(self.intermediate, dim=-1)
         return x + self.post_feedforward_layernorm(self.down_proj(self.act(gate) * up))
 
 
-class Gemma3Embedder(nn.Module):
-    """``Gemma3TextModel``: packed tokens in, last hidden states (after the final norm) ``[T, H]`` out."""
+class GemmaEmbedder(nn.Module):
+    """``Gemma3TextModel`` / ``GemmaModel``: packed tokens in, last hidden states (after the final norm) ``[T, H]``."""
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         if getattr(config, "attn_logit_softcapping", None) is not None:
-            raise ValueError("gemma3: attn_logit_softcapping is not supported by wde-gemma3")
-        layer_types = list(config.layer_types)
+            raise ValueError("gemma3: attn_logit_softcapping is not supported by wde-gemma")
+        kinds = layer_types(config)
         max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_scale = config.hidden_size ** 0.5
         self.rotary = nn.ModuleDict({kind: RotaryTables(_rope_config(config, kind), max_len)
-                                     for kind in sorted(set(layer_types))})
-        self.layers = nn.ModuleList(Gemma3Layer(config, attention, kind) for kind in layer_types)
+                                     for kind in sorted(set(kinds))})
+        self.layers = nn.ModuleList(GemmaLayer(config, attention, kind) for kind in kinds)
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
         first = self.layers[0]
         self._rows = {"q_proj": (0, first.heads), "k_proj": (first.heads, first.kv_heads),

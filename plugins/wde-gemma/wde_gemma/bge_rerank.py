@@ -1,0 +1,107 @@
+"""bge-reranker-v2-gemma (``GemmaForCausalLM``) as an LLM reranker: the pair laid out as FlagEmbedding's
+``FlagLLMReranker`` does, score = sigmoid(logit("Yes")) at the last token, from one LM-head row only.
+
+Recognised by the ``bge-reranker-v2-gemma`` variant (that name in the model's id, path or ``_name_or_path``);
+``variant="bge-reranker-v2-gemma"`` forces it for a renamed directory.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from wde_core.plugin_api import HFTokenizer, Request
+from wde_gemma.model import GemmaEmbedder
+from wde_qwen2_bidir.llm_rerank import names_of
+
+# FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
+PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
+          "providing a prediction of either 'Yes' or 'No'.")
+SEP, QUERY, PASSAGE = "\n", "A: {}", "B: {}"
+
+
+def is_bge_gemma_reranker(directory) -> str | None:
+    """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names bge-reranker-v2-gemma."""
+    for name in names_of(directory):
+        if "bge-reranker-v2-gemma" in name.lower():
+            return f"LLM Yes reranker ('bge-reranker-v2-gemma' in {name!r})"
+    return None
+
+
+def configure_bge_gemma(settings, directory, args, reasons: dict[str, str]) -> None:
+    """Causal attention, last-token pooling, sigmoid, and the id of "Yes" (``settings.extras``)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory.path)
+    settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"
+    settings.extras["answer_token_ids"] = [tokenizer("Yes", add_special_tokens=False)["input_ids"][0]]
+    reasons["causal"] = "causal attention: an LLM reranker reads its prompt as the language model does"
+    reasons["pooling"] = "last token: the position where the model answers Yes or No"
+    reasons["activation"] = (f"sigmoid(logit('Yes')) at the last token (token id "
+                             f"{settings.extras['answer_token_ids'][0]}), FlagLLMReranker's score with normalize=True")
+
+
+class GemmaYesReranker(GemmaEmbedder):
+    """The Gemma decoder plus a one-row head: the language-model head's (or tied embeddings') "Yes" row."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.answer_ids = list(settings.extras["answer_token_ids"])
+        self.tied = bool(getattr(config, "tie_word_embeddings", True))
+        if not self.tied:  # the full head is read, then cut to its row in after_load_weights
+            self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
+        self.answer_rows = None
+
+    def after_load_weights(self) -> None:
+        """RoPE tables, then keep only the "Yes" row of the head."""
+        super().after_load_weights()
+        source = self.embed_tokens.weight if self.tied else self.lm_head
+        self.answer_rows = nn.Parameter(source.detach()[self.answer_ids].clone(), requires_grad=False)
+        if not self.tied:
+            del self.lm_head
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B, 1]``: logit("Yes") of each sequence's last token."""
+        return pooled @ self.answer_rows.T
+
+    def map_checkpoint_name(self, name: str):
+        """Gemma's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
+        if name == "lm_head.weight" and not self.tied:
+            return "lm_head", None
+        return super().map_checkpoint_name(name)
+
+
+class BgeGemmaRerankTokenizer(HFTokenizer):
+    """BOS (when it is not the pad token) + "A: query" + newline + "B: passage", then newline + prompt, each part
+    tokenized alone as FlagLLMReranker does; the engine argument ``instruction`` replaces the prompt. When
+    truncating, the query part keeps at most 3/4 of the room left by the prompt, the passage the rest."""
+
+    def __init__(self, pipeline) -> None:
+        super().__init__(pipeline)
+        tok = self.tokenizer
+        self.bos = [tok.bos_token_id] if tok.bos_token_id is not None and tok.bos_token_id != tok.pad_token_id else []
+        self.sep = self._ids(SEP)
+        self.tail = self.sep + self._ids(getattr(pipeline.args, "instruction", None) or PROMPT)
+        self.room = self.max_len - len(self.tail)
+        if self.room < len(self.bos) + len(self.sep) + 2:
+            raise ValueError(f"max_model_len={self.max_len} leaves no room for a pair within the reranker's prompt")
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill token ids; ``truncate=False`` refuses a pair longer than ``max_model_len``."""
+        queries = self._batch([QUERY.format(r.text[0]) for r in requests])
+        passages = self._batch([PASSAGE.format(r.text[1]) for r in requests])
+        for request, query, passage in zip(requests, queries, passages):
+            query = self.bos + query
+            if truncate is True:
+                query = query[: self.room * 3 // 4]
+                passage = passage[: self.room - len(query) - len(self.sep)]
+            request.token_ids = query + self.sep + passage + self.tail
+            if truncate is False and request.num_tokens > self.max_len:
+                raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
+                                 f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
+
+    def _batch(self, texts: list[str]) -> list[list[int]]:
+        return self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
