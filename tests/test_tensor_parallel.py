@@ -1,5 +1,5 @@
 """The tensor_parallel executor on CPU (gloo, 2 ranks): embeddings and token states equal the sync executor's on
-random Qwen2 (GQA, biases), Llama, Mistral and BERT, causal and bidirectional, packed mixed lengths; each rank
+random Qwen2 (GQA, biases), Llama, Mistral, Qwen3 and BERT, causal and bidirectional, packed mixed lengths; each rank
 holds about half the parameters; models without TP support and heads that 2 does not divide are refused at
 assembly; a rank killed mid-batch fails that batch naming the rank and the engine then refuses work."""
 
@@ -16,6 +16,7 @@ import torch
 
 from conftest import save_random_bert, wiki_paragraphs
 from decoder_fixtures import save_random_decoder
+from test_qwen3 import save_random_qwen3
 from wde_core import Engine, assemble_pipeline
 from wde_core.engine import BatchError
 from wde_tensor_parallel.executor import RankDiedError
@@ -25,13 +26,15 @@ TEXTS = [text[:8 + 29 * i] for i, text in enumerate(wiki_paragraphs(12))] + ["a"
 TOL = 1e-5
 TP = dict(device="cpu", executor="tensor_parallel", tensor_parallel_size=2, max_num_batched_tokens=512)
 # family -> (saver, overrides): Mistral's single key/value head cannot be split, so two here
-MODELS = {"qwen2": {}, "llama": {}, "mistral": {"num_key_value_heads": 2}, "bert": {}}
-SLOW = {"llama", "mistral", "bert"}  # 12-18 s each to start here; Qwen2 (GQA, biases) alone keeps the fast tier ~25 s
+MODELS = {"qwen2": {}, "llama": {}, "mistral": {"num_key_value_heads": 2}, "qwen3": {}, "bert": {}}
+SLOW = {"llama", "mistral", "qwen3", "bert"}  # 12-18 s each to start here; Qwen2 (GQA, biases) alone keeps the fast tier ~25 s
 
 
 def save(directory, family: str, **overrides):
     if family == "bert":
         return save_random_bert(directory, seed=2, st_files=True, **overrides)
+    if family == "qwen3":  # per-head q/k norms, head_dim 32 (not hidden / heads)
+        return save_random_qwen3(directory, "base", seed=5, max_position_embeddings=128, **overrides)
     return save_random_decoder(directory, family, seed=3, max_position_embeddings=128,
                                **{**MODELS[family], **overrides})
 
@@ -100,6 +103,19 @@ def test_the_sharding_is_described_at_assembly(tmp_path):
     assert reasons["tp_vocab"].endswith("0.06 of 0.12 MiB per rank: embed_tokens.weight")
     assert reasons["tp_replicated"].startswith("whole on every rank; 0.00 of 0.00 MiB per rank: "
                                                "layers.*.input_layernorm.weight")
+
+
+def test_wde_inspect_prints_the_sharding(tmp_path):
+    from click.testing import CliRunner
+
+    from wde_core.cli import inspect
+
+    directory = save(tmp_path, "qwen2")
+    result = CliRunner().invoke(inspect, [str(directory), "--device", "cpu", "--engine-arg", "executor=tensor_parallel",
+                                          "--engine-arg", "tensor_parallel_size=2"])
+    assert result.exit_code == 0, result.output
+    assert "tensor_parallel: 2 ranks (gloo), one process each; parameters per rank 0.18 MiB" in result.output
+    assert "tp_row: input columns split, one all-reduce each, bias added once" in result.output
 
 
 @pytest.mark.parametrize("overrides, message", [
