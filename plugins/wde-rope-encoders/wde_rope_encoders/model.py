@@ -128,3 +128,27 @@ class RopeEncoder(nn.Module):
             return f"layers.{index}.{ours}.{kind}", None
         size = self._inner if ours == "qkv" else self._intermediate
         return f"layers.{index}.{ours}.{kind}", slice(part * size, (part + 1) * size)
+
+
+class RopeCrossEncoder(RopeEncoder):
+    """``GteForSequenceClassification`` / ``NomicBertForSequenceClassification``: the first token -> pooler
+    (dense + tanh) -> classifier, as HF's heads do."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        hidden = self.embeddings.word_embeddings.embedding_dim
+        self.pooler = nn.Module()
+        self.pooler.dense = Linear(hidden, hidden, activation="tanh")
+        self.classifier = Linear(hidden, config.num_labels)
+
+    def map_checkpoint_name(self, name: str):
+        """The head's names (``pooler.dense``, ``classifier``) after the encoder prefix; the rest as the encoder."""
+        for prefix in _PREFIXES:
+            name = name.removeprefix(prefix)
+        if name.startswith(("pooler.", "classifier.")):
+            return name, None
+        return super().map_checkpoint_name(name)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, num_labels]`` from the pooled (first-token) states."""
+        return self.classifier(self.pooler.dense(pooled))

@@ -1,4 +1,6 @@
-"""Registers the rotary-position encoders (NomicBert, GTE v2) for the core's embed workflow."""
+"""Registers the rotary-position encoders (NomicBert, GTE v2) for the core's embed workflow, and their
+``...ForSequenceClassification`` cross-encoders (gte-multilingual-reranker-base style) on wde-reranker's
+``rerank`` (one label) and ``classify`` (several labels) workflows, by their registered names."""
 
 from __future__ import annotations
 
@@ -24,3 +26,25 @@ def wde_register_architectures(register):
             defaults={"pooling": pooling, "normalize": False},
             description=description,
         ))
+
+
+CROSS_ENCODERS = ("GteForSequenceClassification", "NomicBertForSequenceClassification")
+VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
+    ("rerank", "single-logit", "wde_reranker.settings:has_one_label", "rerank"),
+    ("classify", "several-labels", "wde_reranker.settings:has_several_labels", "classify"),
+)
+
+
+@hookimpl(specname="wde_register_architectures")
+def register_cross_encoders(register):
+    """The cross-encoders rerank with ``num_labels == 1`` and classify with more labels."""
+    for architecture in CROSS_ENCODERS:
+        for task, variant, matches, workflow in VARIANTS:
+            register(ArchitectureLink(
+                architecture=architecture, task=task, workflow=workflow,
+                model="wde_rope_encoders.model:RopeCrossEncoder",
+                defaults={"pooling": "cls", "normalize": False}, variant=variant, matches=matches,
+                configure="wde_reranker.settings:choose_activation",
+                description=f"{architecture[:-len('ForSequenceClassification')]} cross-encoder ({variant}): {task}; "
+                            "first token -> dense + tanh -> classifier",
+            ))
