@@ -12,7 +12,10 @@ from packed_reference import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.testing import save_random_model
 
-LENGTHS = [3, 9, 17, 30, 6]  # longer than the window of 4, so local layers differ from global ones
+LENGTHS = [3, 9, 17, 30, 6, 1, 2, 64]  # longer than the windows (4, 5), so local layers differ from global ones
+ODD = dict(hidden_size=72, intermediate_size=100, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,
+           head_dim=24, query_pre_attn_scalar=24, sliding_window=5,
+           layer_types=["sliding_attention", "sliding_attention", "full_attention"])
 TEXTS = ["a short one", "sliding windows let local layers see only their neighbours on each side",
          "EmbeddingGemma pools the mean, projects it twice and normalizes", "x y z " * 12]
 
@@ -39,9 +42,10 @@ def _perturb_norms(directory) -> None:
     model.save_pretrained(str(directory), safe_serialization=True)
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["bidirectional", "causal"])
+@pytest.fixture(scope="module", params=["bidirectional", "causal", "odd-bidirectional"])
 def gemma_dir(request, tmp_path_factory):
-    directory = save_random_model(tmp_path_factory.mktemp("gemma3"), _config(request.param), tokenizer="bpe")
+    config = _config(request.param != "causal", **(ODD if request.param.startswith("odd") else {}))
+    directory = save_random_model(tmp_path_factory.mktemp("gemma3"), config, tokenizer="bpe")
     _perturb_norms(directory)
     return directory
 
