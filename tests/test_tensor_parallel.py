@@ -165,6 +165,15 @@ def test_a_killed_rank_fails_its_batch_naming_it_and_the_engine_refuses_new_work
 
 
 @pytest.mark.slow
+def test_a_rank_that_fails_to_load_is_reported_with_its_traceback(tmp_path):
+    directory = save(tmp_path, "qwen2")
+    (directory / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(RankDiedError, match=r"(?s)tensor_parallel rank [01] failed while loading the model:.*"
+                                            r"WeightsError: corrupted safetensors file"):
+        Engine(str(directory), **TP)
+
+
+@pytest.mark.slow
 def test_a_rank_that_raises_stops_the_group_instead_of_leaving_it_out_of_step(tiny_bert_dir):
     with Engine(str(tiny_bert_dir), **TP) as engine:
         future = engine.executor.submit(None)  # every rank fails before its first collective

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import threading
 from concurrent.futures import Future
+from multiprocessing.connection import wait
 from typing import Any, Callable
 
 import torch
@@ -78,8 +79,10 @@ class TensorParallelExecutor:
         self._store = tempfile.mkdtemp(prefix="wde-tp-")
         ctx = multiprocessing.get_context("spawn")
         self.ranks = [self._start(ctx, rank, pipeline) for rank in range(self.size)]
-        for rank in self.ranks:
-            self._await_ready(rank)
+        starting = {rank.conn: rank for rank in self.ranks}
+        while starting:  # any rank first: the others may wait for a failed one in init_process_group
+            for conn in wait(list(starting)):
+                self._await_ready(starting.pop(conn))
         for rank in self.ranks:
             threading.Thread(target=self._read, args=(rank,), name=f"wde-tp-rank-{rank.index}-reader",
                              daemon=True).start()
