@@ -117,3 +117,36 @@ def test_async_bad_input_and_failed_batches_fail_only_their_callers(tiny_st_bert
     assert isinstance(bad, TypeError) and "input 1: field 'text'" in str(bad)
     assert isinstance(failed, RuntimeError) and str(failed) == "poisoned batch"
     assert np.abs(good - expected).max() <= 1e-6
+
+
+def test_an_inline_call_on_an_idle_engine_runs_on_the_event_loop(tiny_st_bert_dir, expected):
+    import threading
+    from functools import partial
+
+    async def scenario():
+        engine = AsyncEngine(str(tiny_st_bert_dir), device="cpu")
+        threads = []
+        engine.engine.batch_listeners.append(lambda batch: threads.append(threading.current_thread().name))
+        alone = await engine.submit(partial(engine.engine.prepare, "encode", ["short"]), inline=True)
+        queued = await engine.submit(partial(engine.engine.prepare, "encode", ["short"]))
+        # inline calls arriving together are not alone: they queue and are batched on the engine thread
+        together = await asyncio.gather(*(engine.submit(partial(engine.engine.prepare, "encode", [t]), inline=True)
+                                          for t in TEXTS[:6]))
+        threads.append("|")
+        process = engine.engine.output_processor.process
+        engine.engine.output_processor.process = lambda batch, pooled: (_ for _ in ()).throw(RuntimeError("boom"))
+        failed = await asyncio.gather(engine.submit(partial(engine.engine.prepare, "encode", ["x"]), inline=True),
+                                      return_exceptions=True)
+        engine.engine.output_processor.process = process
+        after = await engine.submit(partial(engine.engine.prepare, "encode", TEXTS), inline=True)
+        await engine.close()
+        return threads, alone, queued, together, failed[0], after
+
+    threads, alone, queued, together, failed, after = asyncio.run(scenario())
+    assert threads[:2] == ["MainThread", "wde-engine"]
+    assert set(threads[2:threads.index("|")]) == {"wde-engine"}  # the six together: queued, batched
+    assert set(threads[threads.index("|") + 1:]) == {"MainThread"}  # then alone again, failed or not
+    assert np.array_equal(alone, queued) and np.abs(alone - expected[-3]).max() <= 1e-6
+    assert np.abs(np.concatenate(together) - expected[:6]).max() <= 1e-6
+    assert isinstance(failed, RuntimeError) and str(failed) == "boom"  # the cause, as a queued call gets it
+    assert np.abs(after - expected).max() <= 1e-6
