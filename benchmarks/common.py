@@ -37,10 +37,12 @@ def timed(fn: Callable[[], Any]) -> Callable[[], tuple[float, Any]]:
     return run
 
 
-def measure(runners: dict[str, Callable[[], tuple[float, Any]]], rounds: int,
-            tokens: int) -> tuple[dict[str, float], dict[str, Any]]:
-    """Run every runner once per round, alternating; return median tokens/s and the last outputs."""
-    speeds: dict[str, list[float]] = {name: [] for name in runners}
+def measure(runners: dict[str, Callable[[], tuple[float, Any]]], rounds: int, tokens: int,
+            speeds: dict[str, list[float]] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """Run every runner once per round, alternating; return median tokens/s and the last outputs (each round's
+    tokens/s into ``speeds`` when given, for per-round ratios)."""
+    speeds = {} if speeds is None else speeds
+    speeds.update({name: [] for name in runners})
     outputs: dict[str, Any] = {}
     width = max(len(name) for name in runners) + 1
     for r in range(rounds):
