@@ -86,6 +86,14 @@ def bench_rerank(session: nox.Session) -> None:
     session.run("python", "bench_rerank.py", *session.posargs)
 
 
+@nox.session(name="bench-families")
+def bench_families(session: nox.Session) -> None:
+    """Gemma 3, NomicBert, GTE and Qwen3 shapes (random weights): wde against sentence-transformers (fp32)."""
+    install(session, "sentence-transformers")
+    session.chdir("benchmarks")
+    session.run("python", "bench_families.py", *session.posargs)
+
+
 @nox.session(name="bench-decoder")
 def bench_decoder(session: nox.Session) -> None:
     """A decoder embedder (SmolLM2-135M from GGUF, last token, causal) against sentence-transformers."""
