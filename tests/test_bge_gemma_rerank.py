@@ -90,3 +90,27 @@ def test_long_pairs_are_cut_to_fit_or_refused(gemma_reranker):
         assert request.token_ids[0] == engine.tokenizer.tokenizer.bos_token_id
         with pytest.raises(ValueError, match="more than max_model_len=128"):
             engine.score(pair, truncate=False)
+
+
+def test_list_workflows_and_inspect_explain_the_llm_rerankers(gemma_reranker, isolated_host):
+    import json
+
+    from click.testing import CliRunner
+
+    from wde_core.cli import cli
+
+    isolated_host.register_commands(cli)
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["list-workflows"])
+    assert listed.exit_code == 0, listed.output
+    rows = {tuple(line.split()) for line in listed.stdout.splitlines()}  # architecture, task, [variant,] plugin
+    assert {("Gemma3TextModel", "embed", "wde-gemma"),
+            ("GemmaForCausalLM", "rerank", "bge-reranker-v2-gemma", "wde-gemma"),
+            ("Qwen2ForCausalLM", "rerank", "mxbai-rerank-v2", "wde-qwen2-bidir"),
+            ("GteForSequenceClassification", "rerank", "single-logit", "wde-rope-encoders"),
+            ("NomicBertForSequenceClassification", "classify", "several-labels", "wde-rope-encoders")} <= rows
+    directory, _, _ = gemma_reranker
+    info = json.loads(runner.invoke(cli, ["inspect", str(directory), "--json"]).stdout)
+    assert info["workflow"] == "bge-gemma-rerank"
+    assert "('bge-reranker-v2-gemma' in" in info["reasons"]["workflow"]
+    assert info["reasons"]["activation"].startswith("sigmoid(logit('Yes')) at the last token (token id ")
