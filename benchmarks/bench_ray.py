@@ -25,10 +25,12 @@ WDE = [sys.executable, "-c", "from wde_core.cli import main; main()"]
 
 
 class PeakMemory:
-    """Polls the processes under this one (and ``extra`` pids) every 0.1 s: the peak RSS of each that matches."""
+    """Polls the processes under this one every 0.1 s: the peak RSS of each whose command matches (and that did
+    not already match when polling began)."""
 
     def __init__(self, match: str) -> None:
         self.match, self.peaks, self.pids = match, {}, set()
+        self.before = set(self._matching())  # a process of the last run still shutting down is not this run's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -40,13 +42,24 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
 
+    def _matching(self) -> dict[int, psutil.Process]:
+        found = {}
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.pid in self.pids or self.match in " ".join(p.cmdline()):
+                    found[p.pid] = p
+            except psutil.Error:
+                continue
+        return found
+
     def _poll(self) -> None:
         while not self._stop.wait(0.1):
-            for p in psutil.Process().children(recursive=True):
+            for pid, p in self._matching().items():
+                if pid in self.before:
+                    continue
+                self.pids.add(pid)
                 try:
-                    if p.pid in self.pids or self.match in " ".join(p.cmdline()):
-                        self.pids.add(p.pid)
-                        self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), p.memory_info().rss)
+                    self.peaks[pid] = max(self.peaks.get(pid, 0), p.memory_info().rss)
                 except psutil.Error:
                     continue
 
