@@ -1,14 +1,13 @@
 """The newer embedding families: wde against sentence-transformers on random-weight models of the published
 shapes, the same saved model and wiki paragraphs, alternating runs (fp32).
 
-Usage: python benchmarks/bench_families.py [--family gemma3|nomic|gte|qwen3|modernbert|all] [--n 200] [--rounds 3]
+Usage: python benchmarks/bench_families.py [--family gemma3|nomic|gte|qwen3|all] [--n 200] [--rounds 3]
                                            [--threads 2] [--max-len 256]
 gemma3: embeddinggemma-300m's shape (24 x 768, 3 heads of 256, 1 KV head, sliding window 512 on five of six
 layers, bidirectional) with its ST modules (mean, Dense 768->3072, Dense 3072->768, Normalize). nomic:
 nomic-embed-text-v1.5's (12 x 768, SwiGLU, no biases; mean, Normalize). gte: gte-base-en-v1.5's (12 x 768,
 RoPE theta 160,000; CLS, Normalize). qwen3: Qwen3-Embedding-0.6B's hidden size and heads over 8 of its 28
-layers (last-token pooling, Normalize). modernbert: gte-modernbert-base's (22 x 768, local window 128; mean,
-Normalize). Every model uses MiniLM's WordPiece vocabulary; ``--max-len`` caps the
+layers (last-token pooling, Normalize). Every model uses MiniLM's WordPiece vocabulary; ``--max-len`` caps the
 sequence length (ST's ``max_seq_length``) for both engines.
 """
 
@@ -59,19 +58,9 @@ def qwen3_config():
                        num_key_value_heads=8, head_dim=128, max_position_embeddings=32768, tie_word_embeddings=True)
 
 
-def modernbert_config():
-    """gte-modernbert-base's shape (22 x 768, GeGLU 1152, a global layer every third, local window 128)."""
-    from transformers import ModernBertConfig
-
-    return ModernBertConfig(hidden_size=768, intermediate_size=1152, num_hidden_layers=22, num_attention_heads=12,
-                            global_attn_every_n_layers=3, local_attention=128, max_position_embeddings=8192,
-                            pad_token_id=0)
-
-
 # family -> (config, pooling, Dense module shapes after pooling)
 FAMILIES = {"gemma3": (gemma3_config, "mean", [(768, 3072), (3072, 768)]), "nomic": (nomic_config, "mean", []),
-            "gte": (gte_config, "cls", []), "qwen3": (qwen3_config, "lasttoken", []),
-            "modernbert": (modernbert_config, "mean", [])}
+            "gte": (gte_config, "cls", []), "qwen3": (qwen3_config, "lasttoken", [])}
 
 
 def save_family(name: str, directory: Path, max_len: int) -> str:
