@@ -128,7 +128,9 @@ def code_lines(path: Path) -> int:
 # Gemma 3's local layers) added 24. Issue 16's tensor-parallel layers (wde_core/parallel.py) and their hooks in
 # load_weights, assemble_pipeline (an executor's check_pipeline) and EngineArgs added 112. Issue 15's command
 # line (input and output formats in cli_io.py, install hints and CLI wording in cli_hints.py) added 200.
-LINE_RATCHET = 3456
+# Issue 13's sentence-transformers Dense modules (stages/dense.py), the max length from tokenizer_config.json,
+# the variant engine argument, and issue 11's lone-call path in AsyncEngine added 100.
+LINE_RATCHET = 3557
 
 
 def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():
