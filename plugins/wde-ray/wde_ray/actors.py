@@ -26,6 +26,9 @@ class EngineActor:
 
     def inputs(self, batch: pa.Table) -> list[Any]:
         """The engine's inputs, one per row: the text, or a tuple of the row's texts for pairs."""
+        missing = [c for c in self.columns if c not in batch.column_names]
+        if missing:
+            raise KeyError(f"no column {missing[0]!r} in the data (columns: {', '.join(batch.column_names)})")
         values = [batch.column(c).to_pylist() for c in self.columns]
         return values[0] if len(values) == 1 else list(zip(*values))
 

@@ -44,7 +44,10 @@ def embed_dataset(input_path, output_path, model, column, output_column, id_colu
     start = time.perf_counter()
     started = start_ray(address, workers * num_cpus)
     try:
-        ds = embed(read_dataset(input_path), model, column=column, output_column=output_column,
+        source = read_dataset(input_path)
+        if column not in source.schema().names:
+            raise ValueError(f"{input_path}: no column {column!r} (columns: {', '.join(source.schema().names)})")
+        ds = embed(source, model, column=column, output_column=output_column,
                    id_column=id_column, on_error=on_error, allow_empty=allow_empty, batch_size=batch_size,
                    workers=workers, num_cpus=num_cpus, num_gpus=num_gpus, dimensions=dimensions,
                    prompt_name=prompt_name, **args)
