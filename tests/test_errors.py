@@ -123,9 +123,13 @@ def test_missing_weight_files_are_reported(tiny_bert_dir, tmp_path):
 def test_unsupported_sentence_transformers_module_is_refused(tiny_st_bert_dir, tmp_path):
     directory = copy_model(tiny_st_bert_dir, tmp_path / "m")
     modules = json.loads((directory / "modules.json").read_text())
-    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
-    (directory / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ValueError, match="unsupported sentence-transformers modules: sentence_transformers.models.Dense"):
+    lstm = {"idx": 3, "name": "3", "path": "3_LSTM", "type": "sentence_transformers.models.LSTM"}
+    (directory / "modules.json").write_text(json.dumps(modules + [lstm]))
+    with pytest.raises(ValueError, match="unsupported sentence-transformers modules: sentence_transformers.models.LSTM"):
+        Engine(str(directory))
+    dense = {"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}
+    (directory / "modules.json").write_text(json.dumps(modules + [dense]))
+    with pytest.raises(ValueError, match=r"modules: Dense \(3_Dense: no config.json with in_features and out_features"):
         Engine(str(directory))
 
 

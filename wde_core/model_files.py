@@ -150,7 +150,9 @@ def _read_dense(directory: Path, st: SentenceTransformerFiles) -> None:
     # sentence-transformers' default activation is Tanh; it saves the class path, e.g. torch.nn...Identity
     activation = config.get("activation_function", "torch.nn.modules.activation.Tanh").rsplit(".", 1)[-1]
     flows = {config.get("module_input_name", "sentence_embedding"), config.get("module_output_name")} - {None}
-    if activation not in _DENSE_ACTIVATIONS or flows != {"sentence_embedding"}:
+    if not {"in_features", "out_features"} <= set(config):
+        st.unsupported_modules.append(f"Dense ({directory.name}: no config.json with in_features and out_features)")
+    elif activation not in _DENSE_ACTIVATIONS or flows != {"sentence_embedding"}:
         st.unsupported_modules.append(f"Dense ({directory.name}: activation {activation}, on {sorted(flows)})")
         return
     st.dense.append({**config, "activation_function": activation, "path": str(directory)})
