@@ -154,8 +154,8 @@ def _read_dense(directory: Path, st: SentenceTransformerFiles) -> None:
         st.unsupported_modules.append(f"Dense ({directory.name}: no config.json with in_features and out_features)")
     elif activation not in _DENSE_ACTIVATIONS or flows != {"sentence_embedding"}:
         st.unsupported_modules.append(f"Dense ({directory.name}: activation {activation}, on {sorted(flows)})")
-        return
-    st.dense.append({**config, "activation_function": activation, "path": str(directory)})
+    else:
+        st.dense.append({**config, "activation_function": activation, "path": str(directory)})
 
 
 def _read_json(path: Path) -> Any:

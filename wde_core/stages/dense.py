@@ -26,9 +26,7 @@ class DenseModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.activation(self.linear(x))
-        if self.use_residual:
-            out = out + (self.residual(x) if hasattr(self, "residual") else x)
-        return out
+        return out + (self.residual(x) if hasattr(self, "residual") else x) if self.use_residual else out
 
 
 def load_dense_modules(specs: list[dict], device: torch.device) -> nn.Sequential | None:
