@@ -25,12 +25,16 @@ CONFIG = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head
               num_hidden_layers=2, max_position_embeddings=256, vocab_size=VOCAB + 8)
 
 
-def save_random_reranker(directory, *, tied: bool, seed: int = 0):
-    """A random ``Qwen3ForCausalLM`` whose tokenizer has "yes", "no" and the chat tokens."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+def save_random_reranker(directory, *, tied: bool, seed: int = 0, family: str = "Qwen3", answers=("yes", "no"),
+                         **overrides):
+    """A random ``{family}ForCausalLM`` (``CONFIG`` with ``overrides``) whose tokenizer has the ``answers`` and
+    the chat tokens."""
+    import transformers
+    from transformers import AutoTokenizer
 
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(Qwen3Config(**CONFIG, tie_word_embeddings=tied)).eval()
+    config = getattr(transformers, f"{family}Config")(**{**CONFIG, **overrides}, tie_word_embeddings=tied)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -38,7 +42,7 @@ def save_random_reranker(directory, *, tied: bool, seed: int = 0):
     model.save_pretrained(directory)
     write_decoder_tokenizer(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    tokenizer.add_tokens(["yes", "no"])
+    tokenizer.add_tokens(list(answers))
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     assert len(tokenizer) <= CONFIG["vocab_size"]
     tokenizer.save_pretrained(directory)

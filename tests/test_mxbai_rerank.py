@@ -7,35 +7,21 @@ import numpy as np
 import pytest
 import torch
 
-from decoder_fixtures import VOCAB, write_decoder_tokenizer
+from test_llm_reranker import save_random_reranker
 from wde_core import Engine
 
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),
          ("what is a panda?", "Paris is the capital of France."),
          ("how do rotary embeddings work", "RoPE rotates query and key vectors by angles that depend on position."),
          ("1 or 0", "0")]
-CONFIG = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, intermediate_size=80, num_hidden_layers=2,
-              max_position_embeddings=512, vocab_size=VOCAB + 8)
 
 
 @pytest.fixture(scope="module", params=["untied", "tied"])
 def mxbai_dir(request, tmp_path_factory):
     """A random ``Qwen2ForCausalLM`` named like mxbai-rerank-v2, its tokenizer with the chat tokens."""
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
     directory = tmp_path_factory.mktemp(request.param) / "mxbai-rerank-tiny-v2"
-    torch.manual_seed(5)
-    model = Qwen2ForCausalLM(Qwen2Config(**CONFIG, tie_word_embeddings=request.param == "tied")).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.add_(torch.randn_like(param) * 0.1)
-    model.save_pretrained(directory)
-    write_decoder_tokenizer(directory)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tokenizer.save_pretrained(directory)
-    return directory
+    return save_random_reranker(directory, tied=request.param == "tied", seed=5, family="Qwen2", answers=(),
+                                max_position_embeddings=512)  # room for the package's long task prompt
 
 
 def reference_logits(directory, instruction=None) -> np.ndarray:

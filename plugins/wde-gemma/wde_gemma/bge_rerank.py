@@ -8,11 +8,10 @@ Recognised by the ``bge-reranker-v2-gemma`` variant (that name in the model's id
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_gemma.model import GemmaEmbedder
-from wde_qwen2_bidir.llm_rerank import names_of
+from wde_qwen2_bidir.llm_rerank import AnswerRows, names_of
 
 # FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
 PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
@@ -41,34 +40,16 @@ def configure_bge_gemma(settings, directory, args, reasons: dict[str, str]) -> N
                              f"{settings.extras['answer_token_ids'][0]}), FlagLLMReranker's score with normalize=True")
 
 
-class GemmaYesReranker(GemmaEmbedder):
+class GemmaYesReranker(AnswerRows, GemmaEmbedder):
     """The Gemma decoder plus a one-row head: the language-model head's (or tied embeddings') "Yes" row."""
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)
-        self.answer_ids = list(settings.extras["answer_token_ids"])
-        self.tied = bool(getattr(config, "tie_word_embeddings", True))
-        if not self.tied:  # the full head is read, then cut to its row in after_load_weights
-            self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
-        self.answer_rows = None
-
-    def after_load_weights(self) -> None:
-        """RoPE tables, then keep only the "Yes" row of the head."""
-        super().after_load_weights()
-        source = self.embed_tokens.weight if self.tied else self.lm_head
-        self.answer_rows = nn.Parameter(source.detach()[self.answer_ids].clone(), requires_grad=False)
-        if not self.tied:
-            del self.lm_head
+        self.init_answer_rows(config, settings, tied_by_default=True)
 
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """``[B, 1]``: logit("Yes") of each sequence's last token."""
-        return pooled @ self.answer_rows.T
-
-    def map_checkpoint_name(self, name: str):
-        """Gemma's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
-        if name == "lm_head.weight" and not self.tied:
-            return "lm_head", None
-        return super().map_checkpoint_name(name)
+        return self.answer_logits(pooled)
 
 
 class BgeGemmaRerankTokenizer(HFTokenizer):

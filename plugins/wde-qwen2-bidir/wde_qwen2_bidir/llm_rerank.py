@@ -59,32 +59,45 @@ def configure_rerank(settings, directory, args, reasons: dict[str, str]) -> None
                              f"{settings.extras['answer_token_ids']}), as Qwen3-Reranker's model card scores")
 
 
-class Qwen3YesNoReranker(DecoderEmbedder):
-    """The decoder plus a two-row head: the language-model head's "yes" and "no" rows, nothing else."""
+class AnswerRows:
+    """Mixin for an LLM reranker model: its language-model head (or the tied embeddings) is cut at load to the
+    rows of the answer tokens, ``settings.extras["answer_token_ids"]``; ``answer_logits`` computes only those."""
 
-    def __init__(self, config, attention, settings=None) -> None:
-        super().__init__(config, attention, settings)
+    def init_answer_rows(self, config, settings, *, tied_by_default: bool) -> None:
+        """Call from ``__init__`` after the base model's: the ids, and the full head when it is not tied."""
         self.answer_ids = list(settings.extras["answer_token_ids"])
-        self.tied = bool(getattr(config, "tie_word_embeddings", False))
-        if not self.tied:  # the full head is read, then cut to its two rows in after_load_weights
+        self.tied = bool(getattr(config, "tie_word_embeddings", tied_by_default))
+        if not self.tied:  # the full head is read, then cut to its rows in after_load_weights
             self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
         self.answer_rows = None
 
     def after_load_weights(self) -> None:
-        """RoPE tables, then keep only the "yes" and "no" rows of the head (tied: of the embeddings)."""
+        """The base model's buffers, then keep only the answer rows of the head (tied: of the embeddings)."""
         super().after_load_weights()
         source = self.embed_tokens.weight if self.tied else self.lm_head
         self.answer_rows = nn.Parameter(source.detach()[self.answer_ids].clone(), requires_grad=False)
         if not self.tied:
             del self.lm_head
 
-    def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """``[B, 1]``: logit("yes") - logit("no") of each sequence's last token."""
-        logits = pooled @ self.answer_rows.T
-        return logits[:, :1] - logits[:, 1:]
+    def answer_logits(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B, answers]``: the answer tokens' logits at each sequence's pooled (last) token."""
+        return pooled @ self.answer_rows.T
 
     def map_checkpoint_name(self, name: str):
-        """The decoder's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
+        """The base model's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
         if name == "lm_head.weight" and not self.tied:
             return "lm_head", None
         return super().map_checkpoint_name(name)
+
+
+class Qwen3YesNoReranker(AnswerRows, DecoderEmbedder):
+    """The decoder plus a two-row head: the language-model head's "yes" and "no" rows (mxbai-rerank-v2: "1", "0")."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.init_answer_rows(config, settings, tied_by_default=False)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B, 1]``: logit("yes") - logit("no") of each sequence's last token."""
+        logits = self.answer_logits(pooled)
+        return logits[:, :1] - logits[:, 1:]
