@@ -266,3 +266,47 @@ def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, 
         assert_same_as_wde_serve(ask_until_two_replicas(server.url, texts), expected)
     finally:
         assert server.stop() == 0, server.log()
+
+
+def save_random_bge_m3(directory) -> str:
+    """A random XLM-R with bge-m3's two head files beside it (the bge-m3 variant of wde-xlm-roberta)."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    from wde_core.testing import save_random_model
+
+    config = XLMRobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                              max_position_embeddings=130, architectures=["XLMRobertaModel"])
+    save_random_model(directory, config, model_class=XLMRobertaModel, tokenizer="bpe",
+                      st=dict(pooling="cls", normalize=True))
+    torch.manual_seed(3)
+    torch.save(torch.nn.Linear(32, 32).state_dict(), directory / "colbert_linear.pt")
+    torch.save(torch.nn.Linear(32, 1).state_dict(), directory / "sparse_linear.pt")
+    return str(directory)
+
+
+def test_options_and_bge_m3_outputs_pass_through(local_ray, rows, tmp_path):
+    import wde_ray
+
+    texts = [r["text"] for r in rows[:40]]
+    items = [{"id": r["id"], "text": r["text"]} for r in rows[:40]]
+    options = dict(dimensions=16, normalize=False, prompt="query: ")
+    out = wde_ray.embed(ray.data.from_items(items), **options, **POOL).take_all()
+    with Engine(num_threads=1) as engine:
+        expected = engine.encode(texts, **options)
+    assert [r["id"] for r in out] == [r["id"] for r in items]
+    assert np.abs(vectors(out) - expected).max() <= TOL and vectors(out).shape == (40, 16)
+    model = save_random_bge_m3(tmp_path / "bge-m3")
+    out = wde_ray.embed(ray.data.from_items(items), model, output=("dense", "sparse", "colbert"), **POOL).take_all()
+    with Engine(model, num_threads=1) as engine:
+        expected = engine.encode(texts, output=("dense", "sparse", "colbert"))
+    for row, dense, sparse, colbert in zip(out, expected["dense"], expected["sparse"], expected["colbert"]):
+        assert np.abs(np.asarray(row["embedding_dense"]) - dense).max() <= TOL
+        assert np.abs(np.asarray(row["embedding_colbert"]) - colbert).max() <= TOL
+        assert {int(k): v for k, v in _sparse_items(row["embedding_sparse"])} == pytest.approx(
+            {int(k): v for k, v in sparse.items()}, abs=TOL)
+
+
+def _sparse_items(value):
+    """A sparse output as Ray returns it: a dict, or a list of (key, value) pairs (Arrow maps)."""
+    return value.items() if isinstance(value, dict) else value
