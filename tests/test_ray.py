@@ -10,13 +10,14 @@ import signal
 import time
 
 import numpy as np
-import psutil
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("wde_ray")
+pytest.importorskip("wde_ray")  # the other sessions collect this file too: skip before Ray-only imports
 ray = pytest.importorskip("ray")
+
+import psutil  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 from click.testing import CliRunner  # noqa: E402
 
