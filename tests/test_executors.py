@@ -133,6 +133,8 @@ def test_an_inline_call_on_an_idle_engine_runs_on_the_event_loop(tiny_st_bert_di
         together = await asyncio.gather(*(engine.submit(partial(engine.engine.prepare, "encode", [t]), inline=True)
                                           for t in TEXTS[:6]))
         threads.append("|")
+        while engine._engine_lock.locked() or engine.engine.has_unfinished():  # the engine thread winds down
+            await asyncio.sleep(0.001)
         process = engine.engine.output_processor.process
         engine.engine.output_processor.process = lambda batch, pooled: (_ for _ in ()).throw(RuntimeError("boom"))
         failed = await asyncio.gather(engine.submit(partial(engine.engine.prepare, "encode", ["x"]), inline=True),
