@@ -129,8 +129,9 @@ def code_lines(path: Path) -> int:
 # load_weights, assemble_pipeline (an executor's check_pipeline) and EngineArgs added 112. Issue 15's command
 # line (input and output formats in cli_io.py, install hints and CLI wording in cli_hints.py) added 200.
 # Issue 13's sentence-transformers Dense modules (stages/dense.py), the max length from tokenizer_config.json,
-# the variant engine argument, and issue 11's lone-call path in AsyncEngine added 100.
-LINE_RATCHET = 3557
+# the variant engine argument, and issue 11's lone-call path in AsyncEngine added 100. child_engine_args, shared
+# by data_parallel and the tensor-parallel plugin instead of a copy in each, added 4.
+LINE_RATCHET = 3561
 
 
 def test_modules_stay_small_and_core_plus_bert_lines_do_not_grow():

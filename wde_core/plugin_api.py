@@ -21,6 +21,7 @@ _MODULES = {
     "wde_core.stages.scheduler": ("TokenBudgetScheduler",),
     "wde_core.stages.model_input": ("FlatBatchBuilder", "ModelInput"),
     "wde_core.stages.executor": ("SyncExecutor",),
+    "wde_core.stages.data_parallel": ("child_engine_args",),
     "wde_core.stages.worker": ("ModelWorker", "worker_factory"),
     "wde_core.stages.output": ("EmbeddingOutputProcessor", "split_tokens"),
     "wde_core.outputs": ("finish_vectors", "collect_embeddings"),

@@ -60,6 +60,14 @@ class _Replica:
         return sum(tokens for _, tokens in self.pending.values())
 
 
+def child_engine_args(pipeline, index: int, threads: int) -> dict:
+    """Engine arguments of worker process ``index`` (sync, its own threads and CUDA device, the resolved dtype)."""
+    args = {k: v for k, v in dataclasses.asdict(pipeline.args).items() if k != "model"}
+    device = f"cuda:{index}" if pipeline.device.type == "cuda" else str(pipeline.device)
+    dtype = str(pipeline.dtype).replace("torch.", "")
+    return {**args, "executor": "sync", "num_threads": threads, "dtype": dtype, "device": device}
+
+
 class DataParallelExecutor:
     """``num_replicas`` model replicas, each with ``threads_per_replica`` CPU threads (CPU) or one
     GPU (``cuda:i``); each batch goes to the live replica with the fewest tokens in flight."""
@@ -80,10 +88,7 @@ class DataParallelExecutor:
             self._await_ready(replica)
 
     def _start(self, ctx, index: int, pipeline, threads: int) -> _Replica:
-        replica_args = dataclasses.asdict(pipeline.args)
-        replica_args.update(executor="sync", num_threads=threads, dtype=str(pipeline.dtype).replace("torch.", ""),
-                            device=f"cuda:{index}" if pipeline.device.type == "cuda" else str(pipeline.device))
-        replica_args.pop("model")
+        replica_args = child_engine_args(pipeline, index, threads)
         parent, child = ctx.Pipe()
         process = ctx.Process(target=_replica_main, args=(child, str(pipeline.model.path), replica_args),
                               name=f"wde-replica-{index}", daemon=True)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from wde_core.plugin_api import ModelInput
+from wde_core.plugin_api import ModelInput, child_engine_args
 from wde_tensor_parallel.rank import rank_main
 from wde_tensor_parallel.sharding import TensorParallelError, sharding_plan
 
@@ -90,10 +90,7 @@ class TensorParallelExecutor:
     def _start(self, ctx, rank: int, pipeline) -> _Rank:
         cuda = pipeline.device.type == "cuda"
         threads = pipeline.args.num_threads or max(1, (os.cpu_count() or 1) // self.size)
-        args = dataclasses.asdict(pipeline.args)
-        args.update(executor="sync", num_threads=threads, dtype=str(pipeline.dtype).replace("torch.", ""),
-                    device=f"cuda:{rank}" if cuda else str(pipeline.device))
-        args.pop("model")
+        args = child_engine_args(pipeline, rank, threads)
         dist = {"rank": rank, "size": self.size, "backend": "nccl" if cuda else "gloo",
                 "init_method": f"file://{os.path.join(self._store, 'store')}"}
         parent, child = ctx.Pipe()
