@@ -26,6 +26,13 @@ DEFAULTS = {"pooling": "last", "normalize": True, "causal": True}
 
 
 RERANK = "wde_qwen2_bidir.rerank_stages"
+# architecture, workflow, variant, module, matcher, configure, description: the LLM rerankers' links
+LLM_RERANKERS = (
+    ("Qwen3ForCausalLM", "llm-rerank", "qwen3-reranker", "wde_qwen2_bidir.llm_rerank", "is_qwen3_reranker",
+     "configure_rerank", "Qwen3-Reranker: an LLM yes/no reranker"),
+    ("Qwen2ForCausalLM", "mxbai-rerank", "mxbai-rerank-v2", "wde_qwen2_bidir.mxbai_rerank", "is_mxbai_reranker",
+     "configure_mxbai", "mxbai-rerank-v2: an LLM 1/0 reranker"),
+)
 
 
 @hookimpl
@@ -83,19 +90,11 @@ def wde_register_architectures(register):
             description=description,
             configure=CONFIGURE,
         ))
-    register(ArchitectureLink(
-        architecture="Qwen3ForCausalLM", task="rerank", workflow="llm-rerank",
-        model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
-        defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
-        variant="qwen3-reranker", matches="wde_qwen2_bidir.llm_rerank:is_qwen3_reranker",
-        configure="wde_qwen2_bidir.llm_rerank:configure_rerank",
-        description="Qwen3-Reranker: an LLM yes/no reranker (task='rerank' forces it)",
-    ))
-    register(ArchitectureLink(
-        architecture="Qwen2ForCausalLM", task="rerank", workflow="mxbai-rerank",
-        model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
-        defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
-        variant="mxbai-rerank-v2", matches="wde_qwen2_bidir.mxbai_rerank:is_mxbai_reranker",
-        configure="wde_qwen2_bidir.mxbai_rerank:configure_mxbai",
-        description="mxbai-rerank-v2: an LLM 1/0 reranker (task='rerank' forces it)",
-    ))
+    for architecture, workflow, variant, module, matcher, configure, description in LLM_RERANKERS:
+        register(ArchitectureLink(
+            architecture=architecture, task="rerank", workflow=workflow,
+            model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
+            defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
+            variant=variant, matches=f"{module}:{matcher}", configure=f"{module}:{configure}",
+            description=f"{description} (task='rerank' forces it)",
+        ))
