@@ -74,6 +74,7 @@ class TensorParallelExecutor:
         self.failure: str | None = None
         self._closing = False
         self._lock = threading.Lock()
+        self._reaping = threading.Lock()
         self._jobs: dict[int, _Job] = {}
         self._next_job = 0
         self._store = tempfile.mkdtemp(prefix="wde-tp-")
@@ -136,11 +137,14 @@ class TensorParallelExecutor:
             try:
                 job_id, ok, payload = rank.conn.recv()
             except (EOFError, OSError):
-                rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
+                if self._closing or self.failure is not None:
+                    return  # stopped by us: whoever stopped it reaps it (two threads reaping one child race)
+                with self._reaping:
+                    rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
                 self._break(f"rank {rank.index} (pid {rank.process.pid}) died with exit code {rank.process.exitcode}")
                 return
             if not ok:  # the other ranks may wait for it in a collective: the group is out of step
-                self._break(f"rank {rank.index} raised {payload}")
+                self._break(self._dead_peer(rank) or f"rank {rank.index} raised {payload}")
                 continue
             with self._lock:
                 job = self._jobs.get(job_id)
@@ -152,6 +156,17 @@ class TensorParallelExecutor:
                     continue
                 del self._jobs[job_id]
             job.future.set_result(job.result)
+
+    def _dead_peer(self, raised: _Rank, grace: float = 1.0) -> str | None:
+        """A peer that died: the cause when a rank raised a collective error because that peer was gone."""
+        peers = {rank.process.sentinel: rank for rank in self.ranks if rank is not raised}
+        ended = wait(list(peers), timeout=grace)
+        if not ended:
+            return None
+        dead = peers[ended[0]]
+        with self._reaping:
+            dead.process.join(timeout=5)
+        return f"rank {dead.index} (pid {dead.process.pid}) died with exit code {dead.process.exitcode}"
 
     def _break(self, what: str) -> None:
         """Fail the batches in flight, stop every rank and refuse later batches."""
@@ -173,11 +188,12 @@ class TensorParallelExecutor:
                     rank.conn.send(None)
                 except (OSError, ValueError):
                     pass
-        for rank in self.ranks:
-            rank.process.join(timeout=10 if wait else 0)
-            if rank.process.is_alive():
-                rank.process.kill()
-                rank.process.join(timeout=5)
+        with self._reaping:  # one thread at a time waits for a child, so none sees it reaped yet "alive"
+            for rank in self.ranks:
+                rank.process.join(timeout=10 if wait else 0)
+                if rank.process.is_alive():
+                    rank.process.kill()
+                    rank.process.join(timeout=5)
 
     def _abort(self) -> None:
         self._closing = True
