@@ -131,7 +131,7 @@ def test_scaled_rope_matches_hf(tmp_path, family, rope):
 def test_unsupported_rope_is_refused_at_assembly(tmp_path):
     directory = save_random_decoder(tmp_path / "llama", "llama", num_hidden_layers=1,
                                     rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0})
-    with pytest.raises(ValueError, match="RoPE .*'dynamic'.* is not supported by wde-qwen2-bidir"):
+    with pytest.raises(ValueError, match="RoPE .*'dynamic'.* is not supported by wde"):
         assemble_pipeline(str(directory))
 
 

@@ -10,8 +10,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import Linear
-from wde_qwen2_bidir.rope import RotaryTables, rope_type
-from wde_qwen2_bidir.rope import rotate as rotate_half
+from wde_core.plugin_api import RotaryTables, rope_type
+from wde_core.plugin_api import rotate as rotate_half
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 _HEADS = ("head.", "decoder.", "classifier.")  # the MLM head and decoder, the classifier head
@@ -35,7 +35,7 @@ def local_window(config) -> int:
 
 
 def rope_config(config, kind: str) -> SimpleNamespace:
-    """A config holding one attention kind's RoPE parameters, as ``wde_qwen2_bidir.rope`` reads them."""
+    """A config holding one attention kind's RoPE parameters, as ``wde_core.rope`` reads them."""
     params = dict((getattr(config, "rope_parameters", None) or {}).get(kind) or {})
     theta_key = "global_rope_theta" if kind == GLOBAL else "local_rope_theta"
     params.setdefault("rope_theta", getattr(config, theta_key, None) or (160000.0 if kind == GLOBAL else 10000.0))

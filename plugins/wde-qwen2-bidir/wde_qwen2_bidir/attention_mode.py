@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from wde_qwen2_bidir.rope import rope_type
+from wde_core.plugin_api import rope_type
 from wde_qwen2_bidir.tokenizer import asks_for_eos
 
 # config.json field -> the value that means bidirectional attention

@@ -48,7 +48,7 @@ def answer_token_ids(path) -> list[int]:
 
 def configure_rerank(settings, directory, args, reasons: dict[str, str]) -> None:
     """Causal attention, last-token pooling, sigmoid, and the yes/no token ids (in ``settings.extras``)."""
-    from wde_qwen2_bidir.rope import rope_type
+    from wde_core.plugin_api import rope_type
 
     rope_type(directory.config)
     settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"

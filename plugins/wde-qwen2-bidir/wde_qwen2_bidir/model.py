@@ -14,7 +14,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, tensor_parallel
-from wde_qwen2_bidir.rope import RotaryTables, head_dim, rope_type, rotate
+from wde_core.plugin_api import RotaryTables, head_dim, rope_type, rotate
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$")
 _SKIPPED = ("lm_head.",)

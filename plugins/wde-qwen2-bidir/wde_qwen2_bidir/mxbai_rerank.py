@@ -24,7 +24,7 @@ def configure_mxbai(settings, directory, args, reasons: dict[str, str]) -> None:
     """Causal attention, last-token pooling, sigmoid, and the ids of "1" and "0" (``settings.extras``)."""
     from transformers import AutoTokenizer
 
-    from wde_qwen2_bidir.rope import rope_type
+    from wde_core.plugin_api import rope_type
 
     rope_type(directory.config)
     settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"

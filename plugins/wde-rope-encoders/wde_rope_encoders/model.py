@@ -9,7 +9,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import Linear
-from wde_qwen2_bidir.rope import RotaryTables, head_dim, rope_type, rotate
+from wde_core.plugin_api import RotaryTables, head_dim, rope_type, rotate
 from wde_rope_encoders.original import adopt_original_keys
 
 _PREFIXES = ("nomic_bert.", "gte.", "new.")

@@ -1,4 +1,5 @@
-"""Rotary position embeddings: cos/sin tables indexed by each token's position in its sequence."""
+"""Rotary position embeddings shared by every RoPE model plugin: cos/sin tables indexed by each token's
+position in its sequence, computed as transformers computes them."""
 
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ def rope_parameters(config) -> dict:
 
 
 def rope_type(config) -> str:
-    """The config's RoPE type; ``ValueError`` for one this plugin does not implement."""
+    """The config's RoPE type; ``ValueError`` for one wde does not implement."""
     params = rope_parameters(config)
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in STATIC_ROPE_TYPES or any(isinstance(v, dict) for v in params.values()):
-        raise ValueError(f"{config.model_type}: RoPE {params!r} is not supported by wde-qwen2-bidir "
+        raise ValueError(f"{config.model_type}: RoPE {params!r} is not supported by wde "
                          f"(supported rope types: {', '.join(STATIC_ROPE_TYPES)})")
     if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError(f"{config.model_type}: partial rotary embeddings are not supported by wde-qwen2-bidir")
+        raise ValueError(f"{config.model_type}: partial rotary embeddings are not supported by wde")
     return kind
 
 
