@@ -1,5 +1,5 @@
 """Layers shared by model plugins: a linear layer that fuses its activation or residual add into
-the matrix product on CPU (oneDNN epilogues), with the plain PyTorch path everywhere else."""
+the matrix product on CPU (oneDNN epilogues), with the plain PyTorch path everywhere else; RMSNorm."""
 
 from __future__ import annotations
 
@@ -54,3 +54,22 @@ class Linear(nn.Linear):
         else:
             y = self.act(F.linear(x, self.weight, self.bias))
         return y if residual is None else y + residual
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dimension, computed in float32 as HF does: Llama/Qwen style
+    (``weight * norm(x)`` in the input's dtype, weight initialised to 1), or with ``unit_offset`` Gemma style
+    (``norm(x) * (1 + weight)`` in float32, then cast; weight initialised to 0)."""
+
+    def __init__(self, size: int, eps: float, unit_offset: bool = False) -> None:
+        super().__init__()
+        self.eps, self.unit_offset = eps, unit_offset
+        self.weight = nn.Parameter(torch.zeros(size) if unit_offset else torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize the last dimension of ``x``."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.unit_offset:
+            return (h * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * h.to(x.dtype)

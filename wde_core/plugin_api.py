@@ -26,7 +26,7 @@ _MODULES = {
     "wde_core.stages.output": ("EmbeddingOutputProcessor", "split_tokens"),
     "wde_core.outputs": ("finish_vectors", "collect_embeddings"),
     "wde_core.attention.base": ("AttentionMetadata", "expand_kv_heads"),
-    "wde_core.layers": ("Linear",),
+    "wde_core.layers": ("Linear", "RMSNorm"),
     "wde_core.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),
     "wde_core.parallel": ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "TensorParallel",
                           "tensor_parallel", "set_tensor_parallel"),

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.plugin_api import Linear
+from wde_core.plugin_api import Linear, RMSNorm
 from wde_core.plugin_api import RotaryTables, rotate
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(weight|bias)$")
@@ -24,20 +24,6 @@ def configure(settings, directory, args, reasons) -> None:
     settings.causal = not bidirectional
     reasons["causal"] = (f"{'bidirectional' if bidirectional else 'causal'} attention: config.json "
                          f"use_bidirectional_attention={bidirectional}")
-
-
-class GemmaRMSNorm(nn.Module):
-    """RMSNorm scaled by ``1 + weight``, computed in float32 as Gemma does."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (h * (1.0 + self.weight.float())).type_as(x)
 
 
 def layer_types(config) -> list[str]:
@@ -71,14 +57,14 @@ class GemmaLayer(nn.Module):
         self.qkv = Linear(hidden, (self.heads + 2 * self.kv_heads) * self.head_dim, bias=config.attention_bias)
         self.o_proj = Linear(self.heads * self.head_dim, hidden, bias=config.attention_bias)
         if self.sandwich:
-            self.q_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
-            self.k_norm = GemmaRMSNorm(self.head_dim, config.rms_norm_eps)
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, unit_offset=True)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, unit_offset=True)
         self.intermediate = config.intermediate_size
         self.gate_up = Linear(hidden, 2 * self.intermediate, bias=False)
         self.act = ACT2FN[getattr(config, "hidden_activation", None) or config.hidden_act]
         self.down_proj = Linear(self.intermediate, hidden, bias=False)
         for name in _NORMS if self.sandwich else _NORMS[:2]:  # Gemma: post_attention_layernorm is the MLP's pre-norm
-            setattr(self, name, GemmaRMSNorm(hidden, config.rms_norm_eps))
+            setattr(self, name, RMSNorm(hidden, config.rms_norm_eps, unit_offset=True))
 
     def forward(self, x: torch.Tensor, rope: dict, attn_metadata) -> torch.Tensor:
         """One layer over the packed tokens ``x [T, H]``."""
@@ -113,7 +99,7 @@ class GemmaEmbedder(nn.Module):
         self.rotary = nn.ModuleDict({kind: RotaryTables(_rope_config(config, kind), max_len)
                                      for kind in sorted(set(kinds))})
         self.layers = nn.ModuleList(GemmaLayer(config, attention, kind) for kind in kinds)
-        self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, unit_offset=True)
         first = self.layers[0]
         self._rows = {"q_proj": (0, first.heads), "k_proj": (first.heads, first.kv_heads),
                       "v_proj": (first.heads + first.kv_heads, first.kv_heads)}

@@ -14,7 +14,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, tensor_parallel
-from wde_core.plugin_api import RotaryTables, head_dim, rope_type, rotate
+from wde_core.plugin_api import RMSNorm, RotaryTables, head_dim, rope_type, rotate
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.(weight|bias)$")
 _SKIPPED = ("lm_head.",)
@@ -30,21 +30,6 @@ def projection_biases(config) -> tuple[bool, bool, bool]:
         return attention_bias, attention_bias, False
     attention_bias = bool(getattr(config, "attention_bias", False))
     return attention_bias, attention_bias, bool(getattr(config, "mlp_bias", False))
-
-
-class RMSNorm(nn.Module):
-    """Root-mean-square norm computed in float32, then scaled in the model's dtype (as HF does)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalize the last dimension of ``x``."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 class DecoderAttention(nn.Module):
