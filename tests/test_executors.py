@@ -15,6 +15,7 @@ from conftest import wiki_paragraphs
 from wde_core import Engine
 from wde_core.async_engine import AsyncEngine
 from wde_core.engine import BatchError
+from wde_core.model_files import ModelNotFoundError
 from wde_core.stages.data_parallel import ReplicaDiedError
 
 TEXTS = wiki_paragraphs(60) + ["short", "a", "two words"]
@@ -119,36 +120,42 @@ def test_async_bad_input_and_failed_batches_fail_only_their_callers(tiny_st_bert
     assert np.abs(good - expected).max() <= 1e-6
 
 
-def test_an_inline_call_on_an_idle_engine_runs_on_the_event_loop(tiny_st_bert_dir, expected):
+def test_every_forward_runs_on_the_engine_thread_and_inline_calls_tokenize_on_the_loop(tiny_st_bert_dir, expected):
+    # torch ops on a second thread would start a second OpenMP team, which slows a lone request (see AsyncEngine)
     import threading
     from functools import partial
 
     async def scenario():
         engine = AsyncEngine(str(tiny_st_bert_dir), device="cpu")
-        threads = []
-        engine.engine.batch_listeners.append(lambda batch: threads.append(threading.current_thread().name))
-        alone = await engine.submit(partial(engine.engine.prepare, "encode", ["short"]), inline=True)
-        queued = await engine.submit(partial(engine.engine.prepare, "encode", ["short"]))
-        # inline calls arriving together are not alone: they queue and are batched on the engine thread
-        together = await asyncio.gather(*(engine.submit(partial(engine.engine.prepare, "encode", [t]), inline=True)
-                                          for t in TEXTS[:6]))
-        threads.append("|")
-        while engine._engine_lock.locked() or engine.engine.has_unfinished():  # the engine thread winds down
-            await asyncio.sleep(0.001)
+        batches, prepared = [], []
+        engine.engine.batch_listeners.append(lambda batch: batches.append(threading.current_thread().name))
+
+        def prepare(texts):
+            prepared.append(threading.current_thread().name)
+            return engine.engine.prepare("encode", texts)
+
+        alone = await engine.submit(partial(prepare, ["short"]), inline=True)
+        queued = await engine.submit(partial(prepare, ["short"]))
+        together = await asyncio.gather(*(engine.submit(partial(prepare, [t]), inline=True) for t in TEXTS[:6]))
         process = engine.engine.output_processor.process
         engine.engine.output_processor.process = lambda batch, pooled: (_ for _ in ()).throw(RuntimeError("boom"))
-        failed = await asyncio.gather(engine.submit(partial(engine.engine.prepare, "encode", ["x"]), inline=True),
-                                      return_exceptions=True)
+        failed = await asyncio.gather(engine.submit(partial(prepare, ["x"]), inline=True), return_exceptions=True)
         engine.engine.output_processor.process = process
-        after = await engine.submit(partial(engine.engine.prepare, "encode", TEXTS), inline=True)
+        after = await engine.submit(partial(prepare, TEXTS), inline=True)
         await engine.close()
-        return threads, alone, queued, together, failed[0], after
+        return batches, prepared, alone, queued, together, failed[0], after
 
-    threads, alone, queued, together, failed, after = asyncio.run(scenario())
-    assert threads[:2] == ["MainThread", "wde-engine"]
-    assert set(threads[2:threads.index("|")]) == {"wde-engine"}  # the six together: queued, batched
-    assert set(threads[threads.index("|") + 1:]) == {"MainThread"}  # then alone again, failed or not
+    batches, prepared, alone, queued, together, failed, after = asyncio.run(scenario())
+    assert set(batches) == {"wde-engine"} and len(batches) < 1 + 1 + 6 + 1 + 1  # the six together share batches
+    assert prepared[0] == "MainThread" and prepared[1].startswith("wde-tokenizer")
+    assert set(prepared[2:]) == {"MainThread"}
     assert np.array_equal(alone, queued) and np.abs(alone - expected[-3]).max() <= 1e-6
     assert np.abs(np.concatenate(together) - expected[:6]).max() <= 1e-6
-    assert isinstance(failed, RuntimeError) and str(failed) == "boom"  # the cause, as a queued call gets it
+    assert isinstance(failed, RuntimeError) and str(failed) == "boom"
     assert np.abs(after - expected).max() <= 1e-6
+
+
+def test_an_engine_that_fails_to_build_raises_in_the_caller(tmp_path):
+    # the engine is built on its own thread; its error still reaches the constructor's caller, as Engine's does
+    with pytest.raises(ModelNotFoundError, match=r"model '.*missing' is neither a directory nor a valid hub id"):
+        AsyncEngine(str(tmp_path / "missing"), device="cpu")

@@ -34,16 +34,32 @@ class AsyncEngine:
     front-end methods of :class:`Engine` as coroutines; a failed batch fails only the calls it served."""
 
     def __init__(self, model: str | None = None, **engine_args: Any) -> None:
-        self.engine = Engine(model, **engine_args)
         self._submissions: queue.Queue = queue.Queue()
         self._ids = itertools.count()
         self._calls: dict[int, _Call] = {}
         self._closed = False
-        self._engine_lock = threading.Lock()  # held by whoever drives the engine: its thread, or a lone call
-        self._active = 0  # calls between submit() and their result (approximate across several event loops)
         self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wde-tokenizer")
-        self._thread = threading.Thread(target=self._loop, name="wde-engine", daemon=True)
+        built: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._build_and_loop, args=(model, engine_args, built),
+                                        name="wde-engine", daemon=True)
         self._thread.start()
+        error = built.get()
+        if error is not None:
+            self._tokenizer_thread.shutdown(wait=False)
+            raise error
+
+    def _build_and_loop(self, model: str | None, engine_args: dict, built: queue.Queue) -> None:
+        """Build the engine on this thread, then run its loop here: the model's every forward (its warm-up
+        included) runs on this one thread. A second thread running torch ops would start a second OpenMP
+        team, and with more team threads than cores libgomp stops spinning between parallel regions, which
+        made a lone short request 40-70% slower here."""
+        try:
+            self.engine = Engine(model, **engine_args)
+        except BaseException as exc:  # noqa: BLE001 - raised in the constructing thread
+            built.put(exc)
+            return
+        built.put(None)
+        self._loop()
 
     @property
     def pipeline(self):
@@ -65,31 +81,14 @@ class AsyncEngine:
 
     async def submit(self, prepare: Callable[[], Call], *, inline: bool = False) -> Any:
         """Run ``prepare()`` on the tokenizer thread (on the event loop itself when ``inline``: cheaper for a
-        few short texts), queue its requests with other callers', and await its collected results. An ``inline``
-        call that is the only one in flight, with the engine idle, runs on the event loop (a lone request's latency).
-        """
+        few short texts), queue its requests with other callers', and await its collected results."""
         if self._closed or not self._thread.is_alive():
             raise RuntimeError("AsyncEngine is closed" if self._closed else "the engine loop has stopped")
-        self._active += 1
-        try:
-            return await self._submit(prepare, inline)
-        finally:
-            self._active -= 1
-
-    async def _submit(self, prepare: Callable[[], Call], inline: bool) -> Any:
         loop = asyncio.get_running_loop()
-        if inline:
-            await asyncio.sleep(0)  # callers that arrived together register first, so they batch together
         prepared = prepare() if inline else await loop.run_in_executor(self._tokenizer_thread, prepare)
         requests = prepared.requests
         if not requests:
             return prepared.collect([])
-        if inline and self._active == 1 and self._engine_lock.acquire(blocking=False):
-            try:  # the only call, and the engine idle: run it here, without the hop to the engine thread and back
-                if self._submissions.empty() and not self.engine.has_unfinished():
-                    return prepared.collect(self._run_alone(requests))
-            finally:
-                self._engine_lock.release()
         call = _Call(loop, loop.create_future(), prepared.collect, [None] * len(requests), len(requests))
         call_id = next(self._ids)
         for request in requests:
@@ -97,38 +96,28 @@ class AsyncEngine:
         self._submissions.put((call_id, call, requests))
         return await call.future
 
-    def _run_alone(self, requests: list) -> list:
-        """Run one call's requests on the calling thread (the engine is idle and locked); a failed batch
-        raises its cause, as a queued call's does."""
-        try:
-            return self.engine.run(requests)
-        except BatchError as exc:
-            raise exc.cause from None
-
     def _loop(self) -> None:
         engine, stopping = self.engine, False
         while True:
-            items = list(self._drain(block=not stopping and not engine.has_unfinished()))
-            with self._engine_lock:
-                for item in items:
-                    if item is None:
-                        stopping = True
-                        continue
-                    call_id, call, requests = item
-                    self._calls[call_id] = call
-                    try:
-                        engine.scheduler.add(requests)
-                    except Exception as exc:  # noqa: BLE001 - e.g. a request over the token budget: that call fails
+            for item in self._drain(block=not stopping and not engine.has_unfinished()):
+                if item is None:
+                    stopping = True
+                    continue
+                call_id, call, requests = item
+                self._calls[call_id] = call
+                try:
+                    engine.scheduler.add(requests)
+                except Exception as exc:  # noqa: BLE001 - e.g. a request over the token budget: that call fails
+                    self._fail(call_id, exc)
+            if engine.has_unfinished():
+                try:
+                    self._run_one_step()
+                except Exception as exc:  # noqa: BLE001 - never leave callers waiting on a dead loop
+                    engine.abort()
+                    for call_id in list(self._calls):
                         self._fail(call_id, exc)
-                if engine.has_unfinished():
-                    try:
-                        self._run_one_step()
-                    except Exception as exc:  # noqa: BLE001 - never leave callers waiting on a dead loop
-                        engine.abort()
-                        for call_id in list(self._calls):
-                            self._fail(call_id, exc)
-                elif stopping:
-                    return
+            elif stopping:
+                return
 
     def _drain(self, *, block: bool):
         """Yield queued submissions: wait for the first one only when ``block``."""
