@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from wde_core.attention.base import AttentionMetadata, position_mask
 from wde_core.attention.blocks import Block, plan_blocks
 
+BMM_MAX_LEN = 160  # longer bf16 blocks use flash SDPA (the bmm path was erratic above this length here)
+
 
 @dataclass
 class SdpaMetadata(AttentionMetadata):
@@ -77,8 +79,12 @@ class SdpaAttention:
                 qs, ks, vs = (x.index_select(0, b.src) for x in (qs, ks, vs))
             qb, kb, vb = (x.view(b.n, b.longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (qs, ks, vs))
             mask, causal = _masks(b.key_mask, b.longest, metadata.causal, window, q.device)
-            o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
-                                               enable_gqa=gqa).transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
+            if q.dtype == torch.bfloat16 and b.longest <= BMM_MAX_LEN:
+                o = _bmm_attention(qb, kb, vb, mask, causal, scale)
+            else:
+                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
+                                                   enable_gqa=gqa)
+            o = o.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
             out[b.start:b.stop] = o if b.rows is None else o.index_select(0, b.rows)
         return out
 
@@ -88,6 +94,26 @@ class SdpaAttention:
         padded = x.new_zeros(batch * longest, x.shape[1], x.shape[2])
         padded.index_copy_(0, metadata.pad_index, x)
         return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
+
+
+def _bmm_attention(q, k, v, mask, causal: bool, scale: float | None) -> torch.Tensor:
+    """Attention of ``[n, heads, L, D]`` blocks as two batched matrix products around a softmax. In bf16 on CPU,
+    at head size 32, it was 1.4-3x faster than flash SDPA for blocks of up to 160 tokens (MiniLM in bf16: 1.08x
+    end to end); in fp32 it was erratic, so fp32 keeps flash SDPA."""
+    n, heads, length, dim = q.shape
+    if k.shape[1] != heads:
+        k, v = (x.repeat_interleave(heads // x.shape[1], dim=1) for x in (k, v))
+    q, k, v = (x.reshape(n * heads, length, dim) for x in (q, k, v))
+    alpha = dim ** -0.5 if scale is None else scale
+    if causal:
+        mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    if mask is None:
+        scores = torch.bmm(q, k.transpose(1, 2)).mul_(alpha)
+    else:
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, float("-inf"))
+        bias = bias.expand(n, heads, *mask.shape[-2:]).reshape(n * heads, *mask.shape[-2:])
+        scores = torch.baddbmm(bias.expand(n * heads, length, length), q, k.transpose(1, 2), alpha=alpha)
+    return torch.bmm(torch.softmax(scores, dim=-1), v).view(n, heads, length, dim)
 
 
 def _masks(key_mask, n: int, causal: bool, window: int | None, device) -> tuple[torch.Tensor | None, bool]:
