@@ -61,8 +61,11 @@ class SdpaAttention:
         if metadata.pad_index is None:
             qb, kb, vb = (x.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
             mask, causal = _masks(None, longest, metadata.causal, window, q.device)
-            out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
-                                                 enable_gqa=gqa)
+            if _use_bmm(q, longest):
+                out = _bmm_attention(qb, kb, vb, mask, causal, scale)
+            else:
+                out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
+                                                     enable_gqa=gqa)
             return out.transpose(1, 2).reshape(q.shape)
         qb, kb, vb = (self._pad(x, metadata) for x in (q, k, v))
         mask = _masks(metadata.mask, longest, False, window, q.device)[0]
@@ -79,7 +82,7 @@ class SdpaAttention:
                 qs, ks, vs = (x.index_select(0, b.src) for x in (qs, ks, vs))
             qb, kb, vb = (x.view(b.n, b.longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (qs, ks, vs))
             mask, causal = _masks(b.key_mask, b.longest, metadata.causal, window, q.device)
-            if q.dtype == torch.bfloat16 and b.longest <= BMM_MAX_LEN:
+            if _use_bmm(q, b.longest):
                 o = _bmm_attention(qb, kb, vb, mask, causal, scale)
             else:
                 o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
@@ -94,6 +97,10 @@ class SdpaAttention:
         padded = x.new_zeros(batch * longest, x.shape[1], x.shape[2])
         padded.index_copy_(0, metadata.pad_index, x)
         return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
+
+
+def _use_bmm(q: torch.Tensor, longest: int) -> bool:
+    return q.dtype == torch.bfloat16 and q.device.type == "cpu" and longest <= BMM_MAX_LEN
 
 
 def _bmm_attention(q, k, v, mask, causal: bool, scale: float | None) -> torch.Tensor:
