@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from wde_core.attention.base import AttentionMetadata, position_mask
+from wde_core.attention.base import AttentionMetadata, expand_kv_heads, position_mask
 from wde_core.attention.blocks import Block, plan_blocks
 
 BMM_MAX_LEN = 160  # longer bf16 blocks use flash SDPA (the bmm path was erratic above this length here)
@@ -61,12 +61,7 @@ class SdpaAttention:
         if metadata.pad_index is None:
             qb, kb, vb = (x.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
             mask, causal = _masks(None, longest, metadata.causal, window, q.device)
-            if _use_bmm(q, longest):
-                out = _bmm_attention(qb, kb, vb, mask, causal, scale)
-            else:
-                out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
-                                                     enable_gqa=gqa)
-            return out.transpose(1, 2).reshape(q.shape)
+            return _attend(qb, kb, vb, mask, causal, scale, gqa).transpose(1, 2).reshape(q.shape)
         qb, kb, vb = (self._pad(x, metadata) for x in (q, k, v))
         mask = _masks(metadata.mask, longest, False, window, q.device)[0]
         out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=gqa)
@@ -82,12 +77,7 @@ class SdpaAttention:
                 qs, ks, vs = (x.index_select(0, b.src) for x in (qs, ks, vs))
             qb, kb, vb = (x.view(b.n, b.longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (qs, ks, vs))
             mask, causal = _masks(b.key_mask, b.longest, metadata.causal, window, q.device)
-            if _use_bmm(q, b.longest):
-                o = _bmm_attention(qb, kb, vb, mask, causal, scale)
-            else:
-                o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=causal, scale=scale,
-                                                   enable_gqa=gqa)
-            o = o.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
+            o = _attend(qb, kb, vb, mask, causal, scale, gqa).transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
             out[b.start:b.stop] = o if b.rows is None else o.index_select(0, b.rows)
         return out
 
@@ -99,8 +89,11 @@ class SdpaAttention:
         return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
 
 
-def _use_bmm(q: torch.Tensor, longest: int) -> bool:
-    return q.dtype == torch.bfloat16 and q.device.type == "cpu" and longest <= BMM_MAX_LEN
+def _attend(q, k, v, mask, causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
+    """Attention of one ``[n, heads, L, D]`` block: batched matmuls for a short bf16 block on CPU, else SDPA."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[2] <= BMM_MAX_LEN:
+        return _bmm_attention(q, k, v, mask, causal, scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
 
 
 def _bmm_attention(q, k, v, mask, causal: bool, scale: float | None) -> torch.Tensor:
@@ -108,12 +101,10 @@ def _bmm_attention(q, k, v, mask, causal: bool, scale: float | None) -> torch.Te
     at head size 32, it was 1.4-3x faster than flash SDPA for blocks of up to 160 tokens (MiniLM in bf16: 1.08x
     end to end); in fp32 it was erratic, so fp32 keeps flash SDPA."""
     n, heads, length, dim = q.shape
-    if k.shape[1] != heads:
-        k, v = (x.repeat_interleave(heads // x.shape[1], dim=1) for x in (k, v))
-    q, k, v = (x.reshape(n * heads, length, dim) for x in (q, k, v))
+    q, k, v = (expand_kv_heads(x, heads).reshape(n * heads, length, dim) for x in (q, k, v))
     alpha = dim ** -0.5 if scale is None else scale
     if causal:
-        mask = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+        mask = position_mask(length, True, None, q.device)
     if mask is None:
         scores = torch.bmm(q, k.transpose(1, 2)).mul_(alpha)
     else:
