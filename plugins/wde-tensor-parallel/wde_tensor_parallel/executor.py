@@ -139,9 +139,7 @@ class TensorParallelExecutor:
             except (EOFError, OSError):
                 if self._closing or self.failure is not None:
                     return  # stopped by us: whoever stopped it reaps it (two threads reaping one child race)
-                with self._reaping:
-                    rank.process.join(timeout=5)  # the pipe closed: the process is gone or going
-                self._break(f"rank {rank.index} (pid {rank.process.pid}) died with exit code {rank.process.exitcode}")
+                self._break(self._reap(rank))  # the pipe closed: the process is gone or going
                 return
             if not ok:  # the other ranks may wait for it in a collective: the group is out of step
                 self._break(self._dead_peer(rank) or f"rank {rank.index} raised {payload}")
@@ -163,10 +161,13 @@ class TensorParallelExecutor:
         ended = wait(list(peers), timeout=grace)
         if not ended:
             return None
-        dead = peers[ended[0]]
+        return self._reap(peers[ended[0]])
+
+    def _reap(self, rank: _Rank) -> str:
+        """Wait for a rank whose process ends, and say how it died."""
         with self._reaping:
-            dead.process.join(timeout=5)
-        return f"rank {dead.index} (pid {dead.process.pid}) died with exit code {dead.process.exitcode}"
+            rank.process.join(timeout=5)
+        return f"rank {rank.index} (pid {rank.process.pid}) died with exit code {rank.process.exitcode}"
 
     def _break(self, what: str) -> None:
         """Fail the batches in flight, stop every rank and refuse later batches."""
