@@ -74,24 +74,29 @@ def llama_dir(tmp_path_factory) -> Path:
                       tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
 
 
-def hf_last_tokens(reference, token_lists: list[list[int]], *, bidirectional: bool) -> np.ndarray:
-    """HF states of each sequence's last token, right-padded batches: causal through the model's
-    own mask (2D padding mask), bidirectional through an explicit 4D mask hiding only the padding."""
-    out = []
-    for start in range(0, len(token_lists), HF_BATCH):
-        chunk = token_lists[start:start + HF_BATCH]
+def padded_batches(token_lists: list[list[int]], size: int):
+    """Right-padded batches of ``size`` sequences: ``(ids [B, L], lens [B], valid [B, L])``."""
+    for start in range(0, len(token_lists), size):
+        chunk = token_lists[start:start + size]
         lens = torch.tensor([len(ids) for ids in chunk])
         ids = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
         for b, seq in enumerate(chunk):
             ids[b, :len(seq)] = torch.tensor(seq)
-        valid = torch.arange(ids.shape[1])[None, :] < lens[:, None]
+        yield ids, lens, torch.arange(ids.shape[1])[None, :] < lens[:, None]
+
+
+def hf_last_tokens(reference, token_lists: list[list[int]], *, bidirectional: bool) -> np.ndarray:
+    """HF states of each sequence's last token, right-padded batches: causal through the model's
+    own mask (2D padding mask), bidirectional through an explicit 4D mask hiding only the padding."""
+    out = []
+    for ids, lens, valid in padded_batches(token_lists, HF_BATCH):
         mask = valid.long()
         if bidirectional:
             mask = torch.zeros(valid.shape[0], 1, ids.shape[1], ids.shape[1])
             mask.masked_fill_(~valid[:, None, None, :], torch.finfo(torch.float32).min)
         with torch.no_grad():
             states = reference(input_ids=ids, attention_mask=mask).last_hidden_state
-        out.append(states[torch.arange(len(chunk)), lens - 1])
+        out.append(states[torch.arange(len(lens)), lens - 1])
     return torch.cat(out).numpy()
 
 

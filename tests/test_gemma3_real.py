@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModel
 
 from conftest import wiki_paragraphs
-from test_decoder_real import cosines, gguf_to_hf
+from test_decoder_real import cosines, gguf_to_hf, padded_batches
 from wde_core import Engine
 
 pytestmark = pytest.mark.slow
@@ -67,13 +67,8 @@ def _hf_means(directory: Path, token_lists: list[list[int]]) -> np.ndarray:
     """HF mean of each sequence's last hidden states, right-padded batches with a 2D padding mask."""
     reference = AutoModel.from_pretrained(str(directory), dtype=torch.float32, attn_implementation="eager").eval()
     out = []
-    for start in range(0, len(token_lists), HF_BATCH):
-        chunk = token_lists[start:start + HF_BATCH]
-        lens = torch.tensor([len(ids) for ids in chunk])
-        ids = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
-        for b, seq in enumerate(chunk):
-            ids[b, :len(seq)] = torch.tensor(seq)
-        mask = (torch.arange(ids.shape[1])[None, :] < lens[:, None]).long()
+    for ids, lens, valid in padded_batches(token_lists, HF_BATCH):
+        mask = valid.long()
         with torch.no_grad():
             states = reference(input_ids=ids, attention_mask=mask).last_hidden_state
         out.append((states * mask[..., None]).sum(1) / lens[:, None])
