@@ -11,8 +11,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.plugin_api import Linear, RMSNorm
-from wde_core.plugin_api import RotaryTables, rotate
+from wde_core.plugin_api import Linear, RMSNorm, RotaryTables, rotate
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(weight|bias)$")
 _NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")

@@ -9,8 +9,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.plugin_api import Linear
-from wde_core.plugin_api import RotaryTables, rope_type
+from wde_core.plugin_api import Linear, RotaryTables, rope_type
 from wde_core.plugin_api import rotate as rotate_half
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"

@@ -8,8 +8,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.plugin_api import Linear
-from wde_core.plugin_api import RotaryTables, head_dim, rope_type, rotate
+from wde_core.plugin_api import Linear, RotaryTables, head_dim, rope_type, rotate
 from wde_rope_encoders.original import adopt_original_keys
 
 _PREFIXES = ("nomic_bert.", "gte.", "new.")
