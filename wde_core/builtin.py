@@ -39,6 +39,7 @@ def wde_register_attention_backends(register):
     register("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention", "torch SDPA, CPU and GPU")
     register("eager", "wde_core.attention.eager:EagerAttention", "matmul + softmax, the reference")
     register("flash_attn", "wde_core.attention.flash:FlashAttention", "flash_attn_varlen_func, CUDA only")
+    register("cpu_varlen", "wde_core.attention.native:NativeCpuAttention", "wde's AVX-512 varlen kernel, CPU only")
 
 
 @hookimpl
@@ -103,7 +104,8 @@ def wde_register_workflows(register):
 
 @hookimpl(trylast=True)
 def wde_select_attention_backend(device, dtype, causal):
-    """flash_attn on CUDA in half precision when installed, else torch_sdpa."""
+    """flash_attn on CUDA in half precision when installed; cpu_varlen on CPU in float32 where it builds; else
+    torch_sdpa (bf16 on CPU keeps torch_sdpa, whose batched-matmul path is faster there)."""
     import torch
 
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
@@ -112,7 +114,14 @@ def wde_select_attention_backend(device, dtype, causal):
         if flash_attn_available():
             return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
         return "torch_sdpa", "auto: flash-attn is not installed"
-    return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {str(dtype).replace('torch.', '')}"
+    named = str(dtype).replace("torch.", "")
+    if device.type == "cpu" and dtype == torch.float32:
+        from wde_core.attention.native import unavailable_reason, varlen_kernel
+
+        if varlen_kernel() is not None:
+            return "cpu_varlen", "auto: wde's AVX-512 varlen kernel on cpu with float32"
+        return "torch_sdpa", f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})"
+    return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {named}"
 
 
 @hookimpl

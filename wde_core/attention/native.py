@@ -1,0 +1,79 @@
+"""``cpu_varlen``: wde's own CPU attention kernel (``csrc/varlen_attention.cpp``), varlen attention straight
+over the packed batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread
+buffer, fp32 arithmetic. Built with torch's C++ extension loader the first time a pipeline picks it (about
+25 s) and cached by torch (``TORCH_EXTENSIONS_DIR``). Where it cannot be built (no AVX-512, no compiler or ninja,
+``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from wde_core.attention.sdpa import SdpaAttention, SdpaMetadata
+
+SOURCE = Path(__file__).with_name("csrc") / "varlen_attention.cpp"
+FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]
+BUILD_ERRORS: list[str] = []  # why the build failed, once it has
+logger = logging.getLogger(__name__)
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot be used on this machine, or ``None`` when it can be built."""
+    if os.environ.get("WDE_NATIVE_ATTENTION", "1") == "0":
+        return "WDE_NATIVE_ATTENTION=0"
+    if "AVX512" not in torch.backends.cpu.get_cpu_capability():
+        return f"the CPU has no AVX-512 (torch reports {torch.backends.cpu.get_cpu_capability()})"
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        return "no C++ compiler on PATH"
+    if shutil.which("ninja") is None:
+        return "no ninja on PATH (pip install ninja)"
+    return BUILD_ERRORS[0] if BUILD_ERRORS else None
+
+
+@functools.lru_cache(maxsize=1)
+def varlen_kernel():
+    """The compiled module (``varlen_attention(q, k, v, cu_seqlens, causal, window, scale)``), or ``None``."""
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            from torch.utils.cpp_extension import load
+
+            return load("wde_varlen_attention", [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"])
+        except Exception as exc:  # a broken toolchain must not stop the engine: SDPA still works
+            reason = f"building {SOURCE.name} failed: {exc}"
+            BUILD_ERRORS.append(reason)
+    logger.info("native CPU attention unavailable: %s", reason)
+    return None
+
+
+def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None):
+    """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
+    arithmetic; other dtypes are widened and the output narrowed back)."""
+    alpha = q.shape[-1] ** -0.5 if scale is None else scale
+    out = varlen_kernel().varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal,
+                                           -1 if window is None else window, alpha)
+    return out.to(q.dtype)
+
+
+class NativeCpuAttention(SdpaAttention):
+    """The AVX-512 varlen kernel on CPU (``torch_sdpa``'s CPU path for head sizes that are not a multiple of
+    16); refused before loading where it cannot be built."""
+
+    def __init__(self, pipeline=None) -> None:
+        if pipeline is not None and pipeline.device.type != "cpu":
+            raise ValueError(f"attention backend 'cpu_varlen' runs on the CPU, not {pipeline.device}")
+        if varlen_kernel() is None:
+            raise RuntimeError(f"attention backend 'cpu_varlen' is unavailable: {unavailable_reason()}")
+        super().__init__(pipeline)
+
+    def forward(self, q, k, v, metadata: SdpaMetadata, scale: float | None = None,
+                window: int | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+        if q.shape[-1] % 16 or q.stride(-1) != 1:
+            return super().forward(q, k, v, metadata, scale, window)
+        return native_attention(q, k, v, metadata.cu_seqlens.tolist(), metadata.causal, window, scale)
