@@ -9,7 +9,7 @@ from collections import defaultdict
 import torch
 
 GEMM_OPS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::bmm")
-ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::softmax", "aten::baddbmm")
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::softmax", "aten::baddbmm", "wde::varlen_attention")
 NORM_OPS = ("layer_norm", "rms_norm")
 
 

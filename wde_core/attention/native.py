@@ -55,8 +55,9 @@ def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int |
     """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
     arithmetic; other dtypes are widened and the output narrowed back)."""
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
-    out = varlen_kernel().varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal,
-                                           -1 if window is None else window, alpha)
+    with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
+        out = varlen_kernel().varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal,
+                                               -1 if window is None else window, alpha)
     return out.to(q.dtype)
 
 
