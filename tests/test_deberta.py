@@ -12,13 +12,14 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, DebertaV2Config, DebertaV2ForSequenceClassification
 
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli import cli
 from wde_core.request import Request, ScoreOptions
 from wde_core.testing import save_random_model
 
 TOL = 1e-4
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 ARCH = "DebertaV2ForSequenceClassification"
 LABELS = ["contradiction", "entailment", "neutral"]
 QUERY = "Which animal jumps over the dog?"

@@ -14,9 +14,10 @@ from transformers import AutoTokenizer
 
 from decoder_fixtures import (CONFIGS, hf_states, load_reference, random_token_lists, save_random_decoder,
                               wde_states)
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 MODES = {"causal": False, "bidirectional": True}  # mode -> enable_bidirectional
 TOL = 1e-4
 LENGTHS = [1, 2, 7, 64, 13, 40, 3, 29, 64, 18]

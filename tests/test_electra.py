@@ -13,12 +13,13 @@ from click.testing import CliRunner
 from transformers import AutoTokenizer, ElectraConfig, ElectraForSequenceClassification, ElectraModel
 
 from packed_reference import random_requests, reference_states, wde_states
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli import cli
 from wde_core.testing import assert_matches_hf, save_random_model
 
 TOL = 1e-4
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 CONFIGS = {  # "small": embedding_size == hidden_size (no projection); "odd": projected embeddings, odd sizes
     "small": dict(embedding_size=64, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
                   intermediate_size=128, max_position_embeddings=64),

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModel, Gemma3TextConfig
 
 from packed_reference import packed_diff, random_requests
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.testing import save_random_model
 
@@ -50,7 +51,7 @@ def gemma_dir(request, tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("backend", ["torch_sdpa", "eager"])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_packed_token_states_match_hf(gemma_dir, backend):
     reference = AutoModel.from_pretrained(str(gemma_dir), attn_implementation="eager", dtype=torch.float32).eval()
     with Engine(str(gemma_dir), attention_backend=backend, pooling="mean") as engine:

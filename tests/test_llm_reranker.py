@@ -11,11 +11,12 @@ import torch
 from click.testing import CliRunner
 
 from decoder_fixtures import VOCAB, write_decoder_tokenizer
+from conftest import CPU_BACKENDS
 from wde_core import Engine, assemble_pipeline
 from wde_core.cli import cli
 from wde_qwen2_bidir.prompts import RERANK_PREFIX, RERANK_SUFFIX, qwen3_rerank_body, qwen3_rerank_text
 
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 TOL = 1e-4
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),
          ("what is a panda?", "Paris is the capital of France."),

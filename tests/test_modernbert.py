@@ -14,13 +14,14 @@ from transformers import (ModernBertConfig, ModernBertForMaskedLM, ModernBertFor
                           ModernBertModel)
 
 from packed_reference import packed_diff, random_requests
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli import cli
 from wde_core.request import Request, ScoreOptions
 from wde_core.testing import assert_matches_hf, save_random_model
 
 TOL = 1e-4
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 LABELS = ["contradiction", "entailment", "neutral"]
 # "base": ModernBERT-base's shape in small (global every 3rd layer, no biases, local window 8 = 4 either side);
 # "odd": odd sizes (head_dim 20, intermediate 77), an odd window (7: 3 either side), global every 2nd layer,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from test_llm_reranker import save_random_reranker
+from conftest import CPU_BACKENDS
 from wde_core import Engine
 
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),
@@ -41,7 +42,7 @@ def _prepare_for_model(ids, pair_ids, *, add_special_tokens, max_length, **_):
     return {"input_ids": ids + pair_ids}
 
 
-@pytest.mark.parametrize("backend", ["torch_sdpa", "eager"])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_scores_match_the_mxbai_rerank_package(mxbai_dir, backend):
     expected = reference_logits(mxbai_dir)
     with Engine(str(mxbai_dir), task="rerank", attention_backend=backend) as engine:

@@ -13,10 +13,11 @@ from transformers import AutoTokenizer
 
 from decoder_fixtures import (VOCAB, hf_states, load_reference, random_token_lists, wde_states,
                               write_decoder_tokenizer)
+from conftest import CPU_BACKENDS
 from wde_core import Engine, assemble_pipeline
 from wde_qwen2_bidir.prompts import qwen3_query_prompt
 
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS
 TOL = 1e-4
 LENGTHS = [1, 2, 7, 64, 13, 40, 3, 29, 64, 18]
 # name -> (class saved, config): GQA in both; head_dim not hidden/heads; the second of odd sizes with biases
