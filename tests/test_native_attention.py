@@ -15,6 +15,7 @@ from packed_reference import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
 from wde_core.attention.native import NativeCpuAttention, unavailable_reason, varlen_kernel
+from wde_core.attention.sdpa import SdpaAttention
 
 CAN_BUILD = ("AVX512" in torch.backends.cpu.get_cpu_capability()
              and shutil.which("c++") is not None and shutil.which("ninja") is not None)
@@ -59,6 +60,18 @@ def test_kernel_matches_the_eager_reference(seq_lens, heads, kv_heads, dim, caus
 
 
 @needs_kernel
+@pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES[:3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal):
+    q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=7)
+    reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, 40)
+    half = [x.bfloat16() for x in (q, k, v)]
+    ours = attend(NativeCpuAttention(), *half, seq_lens, causal, 40).float()
+    theirs = attend(SdpaAttention(), *half, seq_lens, causal, 40).float()
+    ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
+    assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
+
+
 def test_scale_and_bfloat16_inputs():
     seq_lens = [40, 3, 77]
     q, k, v = packed_qkv(seq_lens, 4, 4, 32, seed=3)
@@ -75,7 +88,8 @@ def test_auto_choice_on_cpu_float32_and_parity_with_hf(tiny_bert_dir):
     assert engine.pipeline.components["attention_backend"].name == "cpu_varlen"
     assert engine.pipeline.reasons["attention_backend"] == "auto: wde's AVX-512 varlen kernel on cpu with float32"
     bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
-    assert bf16.pipeline.components["attention_backend"].name == "torch_sdpa"
+    expected = "cpu_varlen" if torch.cpu._is_avx512_bf16_supported() else "torch_sdpa"
+    assert bf16.pipeline.components["attention_backend"].name == expected
 
 
 @needs_kernel

@@ -104,8 +104,8 @@ def wde_register_workflows(register):
 
 @hookimpl(trylast=True)
 def wde_select_attention_backend(device, dtype, causal):
-    """flash_attn on CUDA in half precision when installed; cpu_varlen on CPU in float32 where it builds; else
-    torch_sdpa (bf16 on CPU keeps torch_sdpa, whose batched-matmul path is faster there)."""
+    """flash_attn on CUDA in half precision when installed; cpu_varlen on CPU in float32, and in bfloat16 where
+    the CPU has AVX512-BF16, when it builds; else torch_sdpa."""
     import torch
 
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
@@ -115,12 +115,13 @@ def wde_select_attention_backend(device, dtype, causal):
             return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
         return "torch_sdpa", "auto: flash-attn is not installed"
     named = str(dtype).replace("torch.", "")
-    if device.type == "cpu" and dtype == torch.float32:
-        from wde_core.attention.native import unavailable_reason, varlen_kernel
+    if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
+        from wde_core.attention.native import cpu_varlen_refusal
 
-        if varlen_kernel() is not None:
-            return "cpu_varlen", "auto: wde's AVX-512 varlen kernel on cpu with float32"
-        return "torch_sdpa", f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})"
+        refusal = cpu_varlen_refusal(dtype)
+        if refusal is None:
+            return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}"
+        return "torch_sdpa", f"auto: torch_sdpa on cpu with {named} (cpu_varlen: {refusal})"
     return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {named}"
 
 

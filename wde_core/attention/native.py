@@ -1,7 +1,8 @@
-"""``cpu_varlen``: wde's own CPU attention kernel (``csrc/varlen_attention.cpp``), varlen attention straight
-over the packed batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread
-buffer, fp32 arithmetic. Built with torch's C++ extension loader the first time a pipeline picks it (about
-25 s) and cached by torch (``TORCH_EXTENSIONS_DIR``). Where it cannot be built (no AVX-512, no compiler or ninja,
+"""``cpu_varlen``: wde's own CPU attention kernel (``csrc/``), varlen attention straight over the packed
+batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32
+arithmetic, and for bf16 on CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``).
+Built with torch's C++ extension loader the first time a pipeline picks it (about 25 s) and cached by
+torch (``TORCH_EXTENSIONS_DIR``). Where it cannot be built (no AVX-512, no compiler or ninja,
 ``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from wde_core.attention.sdpa import SdpaAttention, SdpaMetadata
 
-SOURCE = Path(__file__).with_name("csrc") / "varlen_attention.cpp"
+SOURCES = [Path(__file__).with_name("csrc") / name for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp")]
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]
 BUILD_ERRORS: list[str] = []  # why the build failed, once it has
 logger = logging.getLogger(__name__)
@@ -43,22 +44,40 @@ def varlen_kernel():
         try:
             from torch.utils.cpp_extension import load
 
-            return load("wde_varlen_attention", [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"])
+            bf16 = ["-mavx512bf16"] if _has_avx512_bf16() else []
+            return load("wde_varlen_attention", [str(s) for s in SOURCES], extra_cflags=FLAGS + bf16,
+                        extra_ldflags=["-fopenmp"], extra_include_paths=[str(SOURCES[0].parent)])
         except Exception as exc:  # a broken toolchain must not stop the engine: SDPA still works
-            reason = f"building {SOURCE.name} failed: {exc}"
+            reason = f"building {SOURCES[0].name} failed: {exc}"
             BUILD_ERRORS.append(reason)
     logger.info("native CPU attention unavailable: %s", reason)
     return None
+
+
+def cpu_varlen_refusal(dtype: torch.dtype) -> str | None:
+    """Why automatic selection should not pick ``cpu_varlen`` for ``dtype`` on this CPU, or ``None``: bf16
+    needs the AVX512-BF16 path (widened to fp32 it measured slower than ``torch_sdpa``'s batched matmuls)."""
+    if varlen_kernel() is None:
+        return unavailable_reason()
+    if dtype == torch.bfloat16 and not hasattr(varlen_kernel(), "varlen_attention_bf16"):
+        return "the CPU has no AVX512-BF16"
+    return None
+
+
+def _has_avx512_bf16() -> bool:
+    """Whether the CPU has AVX512-BF16 (the bf16 kernel's pair dot products)."""
+    return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
 def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None):
     """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
     arithmetic; other dtypes are widened and the output narrowed back)."""
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
+    kernel, reach = varlen_kernel(), -1 if window is None else window
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
-        out = varlen_kernel().varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal,
-                                               -1 if window is None else window, alpha)
-    return out.to(q.dtype)
+        if q.dtype == torch.bfloat16 and hasattr(kernel, "varlen_attention_bf16"):
+            return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha)
+        return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha).to(q.dtype)
 
 
 class NativeCpuAttention(SdpaAttention):

@@ -3,37 +3,12 @@
 // no [heads, L, L] scores in memory). Inputs are fp32: q and v [tokens, heads, head_dim] views with a
 // contiguous last dimension; K is transposed per item into a small buffer. Built by wde_core/attention/native.py on first use.
 #include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <immintrin.h>
 
-#include <algorithm>
-#include <array>
-#include <vector>
+#include "varlen_common.h"
 
 namespace {
 
-constexpr int ROWS = 6;           // query rows per register block
-constexpr int KEYS = 64;          // keys per register block (4 vectors of 16)
-constexpr int QUERY_BLOCK = 128;  // query rows per work item
-
-// exp(x) for x <= 0, Cephes' expf polynomial (relative error ~1e-7); exp of -inf is 0.
-inline __m512 exp_ps(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 nc = _mm512_max_ps(n, _mm512_set1_ps(-126.0f));
-  __m512 r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(0.693359375f), clamped);
-  r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, nc);
-}
+using namespace wde;
 
 struct Scratch {
   std::vector<float> s, inv, kt, v;  // scores / probabilities [ROWS][width], 1 / sum per row, K^T, V
@@ -69,12 +44,6 @@ inline void pack_keys(Head& h, Scratch& sc, int D, int last, int width) {
   h.vs = D;
 }
 
-// Keys row i may see: [lo, hi).
-inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
-  *lo = window >= 0 ? std::max(0, i - window) : 0;
-  *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
-}
-
 // Scores of ROWS query rows from `i` (rows past `rows` repeat the last) against keys [j0, j1), j0 a multiple
 // of 16; keys past j1 up to the next block of KEYS are computed too (K^T is padded) and masked later.
 inline void scores(const Head& h, float* s, int width, int D, int i, int rows, int j0, int j1) {
@@ -104,23 +73,6 @@ inline void scores(const Head& h, float* s, int width, int D, int i, int rows, i
       _Pragma("GCC unroll 16")
       for (int c = 0; c < 4; ++c) _mm512_storeu_ps(s + r * width + (j - j0) + 16 * c, acc[r][c]);
   }
-}
-
-// exp(scale * (score - max)) of one row over [j0, j1) in place, zero outside keys [lo, hi); returns 1 / sum.
-inline float softmax_row(float* s, int j0, int j1, int lo, int hi, float scale) {
-  for (int j = j0; j < lo; ++j) s[j - j0] = -INFINITY;
-  for (int j = hi; j < j1; ++j) s[j - j0] = -INFINITY;
-  const int n = j1 - j0;
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sc = _mm512_set1_ps(scale);
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mx), sc));
-    sum = _mm512_add_ps(sum, e);
-    _mm512_storeu_ps(s + j, e);
-  }
-  return 1.0f / _mm512_reduce_add_ps(sum);
 }
 
 // `rows` output rows = probabilities (ROWS rows of sc.s) x V over keys [j0, j1), scaled by 1 / sum, for NC
@@ -163,29 +115,16 @@ inline void weighted_values(const Head& h, const Scratch& sc, int width, int D, 
   }
 }
 
-// Query rows [row0, row1) of one head of a sequence of L tokens.
-void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int window, float scale, Scratch& sc) {
-  const int width = ((L + 15) & ~15) + KEYS;
-  int lo, last;
-  key_range(row1 - 1, L, causal, window, &lo, &last);
-  pack_keys(h, sc, D, last, width);
-  sc.s.resize(static_cast<size_t>(ROWS) * width);
-  sc.inv.resize(ROWS);
-  for (int i = row0; i < row1; i += ROWS) {
-    const int rows = std::min(ROWS, row1 - i);
-    int j0, j1, hi;
-    key_range(i, L, causal, window, &j0, &hi);
-    key_range(i + rows - 1, L, causal, window, &lo, &j1);
-    j0 &= ~15;
-    const int jend = j0 + ((j1 - j0 + 15) & ~15);
-    scores(h, sc.s.data(), width, D, i, rows, j0, j1);
-    for (int r = 0; r < ROWS; ++r) {  // rows past `rows` repeat the last row: computed, never stored
-      key_range(i + std::min(r, rows - 1), L, causal, window, &lo, &hi);
-      sc.inv[r] = softmax_row(sc.s.data() + r * width, j0, jend, lo, hi, scale);
-    }
-    weighted_values(h, sc, width, D, i, rows, j0, j1);
+struct Fp32 {
+  static void pack(Head& h, Scratch& sc, int D, int last, int width) { pack_keys(h, sc, D, last, width); }
+  static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+    ::scores(h, sc.s.data(), width, D, i, rows, j0, j1);
   }
-}
+  static void probabilities(Scratch&, int, int, int) {}  // the kernel sums the fp32 exps in place
+  static void weighted_values(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+    ::weighted_values(h, sc, width, D, i, rows, j0, j1);
+  }
+};
 
 }  // namespace
 
@@ -196,34 +135,32 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
               "varlen_attention takes float32");
   TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
   TORCH_CHECK(q.size(2) % 16 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 16 and heads % kv heads must be 0");
-  const int heads = q.size(1), D = q.size(2), group = heads / v.size(1);
+  const int heads = q.size(1), D = q.size(2);
   at::Tensor out = at::empty({q.size(0), heads, D}, q.options());
-  std::vector<std::array<int, 3>> items;  // (sequence, head, first query row)
-  for (size_t s = 0; s + 1 < cu.size(); ++s)
-    for (int h = 0; h < heads; ++h)
-      for (int64_t r = 0; r < cu[s + 1] - cu[s]; r += QUERY_BLOCK) items.push_back({int(s), h, int(r)});
-  const int64_t workers = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items.size()));
-  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
-    Scratch sc;
-    for (int64_t w = begin; w < end; ++w)
-      for (size_t n = w; n < items.size(); n += workers) {  // interleaved: batches come longest first
-        const auto [s, hd, row0] = items[n];
-        const int64_t start = cu[s];
-        const int L = cu[s + 1] - start, kvh = hd / group;
-        Head h{q.data_ptr<float>() + start * q.stride(0) + hd * q.stride(1),
-               k.data_ptr<float>() + start * k.stride(0) + kvh * k.stride(1),
-               v.data_ptr<float>() + start * v.stride(0) + kvh * v.stride(1),
-               out.data_ptr<float>() + start * out.stride(0) + hd * out.stride(1),
-               q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
-        attend_rows(h, L, D, row0, std::min(L, row0 + QUERY_BLOCK), causal, static_cast<int>(window),
-                    static_cast<float>(scale), sc);
-      }
+  for_each_item<Scratch>(cu, heads, heads / v.size(1), [&](int64_t start, int L, int hd, int kvh, int row0, int row1,
+                                                           Scratch& sc) {
+    Head h{q.data_ptr<float>() + start * q.stride(0) + hd * q.stride(1),
+           k.data_ptr<float>() + start * k.stride(0) + kvh * k.stride(1),
+           v.data_ptr<float>() + start * v.stride(0) + kvh * v.stride(1),
+           out.data_ptr<float>() + start * out.stride(0) + hd * out.stride(1),
+           q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
+    attend_rows<Fp32>(h, L, D, row0, row1, causal, static_cast<int>(window), static_cast<float>(scale), sc);
   });
   return out;
 }
+
+#ifdef __AVX512BF16__
+at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale);
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+#ifdef __AVX512BF16__
+  m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16)",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
+        py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+#endif
 }

@@ -1,0 +1,107 @@
+// What the fp32 and bf16 varlen attention kernels share: block sizes, exp, key ranges, the softmax over a
+// row of scores, the driver over one work item's query rows, and the work items themselves.
+#pragma once
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+namespace wde {
+
+constexpr int ROWS = 6;           // query rows per register block
+constexpr int KEYS = 64;          // keys per register block (4 vectors of 16)
+constexpr int QUERY_BLOCK = 128;  // query rows per work item
+
+// exp(x) for x <= 0, Cephes' expf polynomial (relative error ~1e-7); exp of -inf is 0.
+inline __m512 exp_ps(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 nc = _mm512_max_ps(n, _mm512_set1_ps(-126.0f));
+  __m512 r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(0.693359375f), clamped);
+  r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, nc);
+}
+
+// Keys row i may see: [lo, hi).
+inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
+  *lo = window >= 0 ? std::max(0, i - window) : 0;
+  *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
+}
+
+// exp(scale * (score - max)) of one row over [j0, j1) in place, zero outside keys [lo, hi); returns 1 / sum.
+inline float softmax_row(float* s, int j0, int j1, int lo, int hi, float scale) {
+  for (int j = j0; j < lo; ++j) s[j - j0] = -INFINITY;
+  for (int j = hi; j < j1; ++j) s[j - j0] = -INFINITY;
+  const int n = j1 - j0;
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sc = _mm512_set1_ps(scale);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mx), sc));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_storeu_ps(s + j, e);
+  }
+  return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
+// Query rows [row0, row1) of one head of a sequence of L tokens; `Ops` packs the keys (and values), computes
+// scores, turns a row of scores into probabilities and sums the values (one implementation per dtype).
+template <typename Ops, typename Head, typename Scratch>
+void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int window, float scale, Scratch& sc) {
+  const int width = ((L + 15) & ~15) + KEYS;
+  int lo, last;
+  key_range(row1 - 1, L, causal, window, &lo, &last);
+  Ops::pack(h, sc, D, last, width);
+  sc.s.resize(static_cast<size_t>(ROWS) * width);
+  sc.inv.resize(ROWS);
+  for (int i = row0; i < row1; i += ROWS) {
+    const int rows = std::min(ROWS, row1 - i);
+    int j0, j1, hi;
+    key_range(i, L, causal, window, &j0, &hi);
+    key_range(i + rows - 1, L, causal, window, &lo, &j1);
+    j0 &= ~15;
+    const int jend = j0 + ((j1 - j0 + 15) & ~15);
+    Ops::scores(h, sc, width, D, i, rows, j0, j1);
+    for (int r = 0; r < ROWS; ++r) {  // rows past `rows` repeat the last row: computed, never stored
+      key_range(i + std::min(r, rows - 1), L, causal, window, &lo, &hi);
+      sc.inv[r] = softmax_row(sc.s.data() + r * width, j0, jend, lo, hi, scale);
+      Ops::probabilities(sc, r, width, jend - j0);
+    }
+    Ops::weighted_values(h, sc, width, D, i, rows, j0, j1);
+  }
+}
+
+// Calls run(sequence start, length, head, kv head, first row, last row, scratch) for every (sequence, head,
+// block of QUERY_BLOCK rows), spread over torch's threads (interleaved: batches come longest first).
+template <typename Scratch, typename Run>
+void for_each_item(const std::vector<int64_t>& cu, int heads, int group, Run run) {
+  std::vector<std::array<int, 3>> items;  // (sequence, head, first query row)
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int h = 0; h < heads; ++h)
+      for (int64_t r = 0; r < cu[s + 1] - cu[s]; r += QUERY_BLOCK) items.push_back({int(s), h, int(r)});
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items.size()));
+  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+    Scratch sc;
+    for (int64_t w = begin; w < end; ++w)
+      for (size_t n = w; n < items.size(); n += workers) {
+        const auto [s, hd, row0] = items[n];
+        const int L = static_cast<int>(cu[s + 1] - cu[s]);
+        run(cu[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
+      }
+  });
+}
+
+}  // namespace wde
