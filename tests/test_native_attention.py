@@ -14,7 +14,7 @@ from conftest import save_random_bert
 from packed_reference import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
-from wde_core.attention.native import NativeCpuAttention, unavailable_reason, varlen_kernel
+from wde_core.attention.native import NativeCpuAttention, has_avx512_bf16, unavailable_reason, varlen_kernel
 from wde_core.attention.sdpa import SdpaAttention
 
 CAN_BUILD = ("AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -88,7 +88,7 @@ def test_auto_choice_on_cpu_float32_and_parity_with_hf(tiny_bert_dir):
     assert engine.pipeline.components["attention_backend"].name == "cpu_varlen"
     assert engine.pipeline.reasons["attention_backend"] == "auto: wde's AVX-512 varlen kernel on cpu with float32"
     bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
-    expected = "cpu_varlen" if torch.cpu._is_avx512_bf16_supported() else "torch_sdpa"
+    expected = "cpu_varlen" if has_avx512_bf16() else "torch_sdpa"
     assert bf16.pipeline.components["attention_backend"].name == expected
 
 

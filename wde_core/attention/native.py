@@ -44,7 +44,7 @@ def varlen_kernel():
         try:
             from torch.utils.cpp_extension import load
 
-            bf16 = ["-mavx512bf16"] if _has_avx512_bf16() else []
+            bf16 = ["-mavx512bf16"] if has_avx512_bf16() else []
             return load("wde_varlen_attention", [str(s) for s in SOURCES], extra_cflags=FLAGS + bf16,
                         extra_ldflags=["-fopenmp"], extra_include_paths=[str(SOURCES[0].parent)])
         except Exception as exc:  # a broken toolchain must not stop the engine: SDPA still works
@@ -64,7 +64,7 @@ def cpu_varlen_refusal(dtype: torch.dtype) -> str | None:
     return None
 
 
-def _has_avx512_bf16() -> bool:
+def has_avx512_bf16() -> bool:
     """Whether the CPU has AVX512-BF16 (the bf16 kernel's pair dot products)."""
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 

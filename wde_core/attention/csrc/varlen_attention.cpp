@@ -1,7 +1,8 @@
 // Varlen attention over packed sequences on an AVX-512 CPU: one (sequence, head, block of query rows)
 // per work item, scores and softmax kept in a small per-thread buffer (no padded block, no mask tensor,
-// no [heads, L, L] scores in memory). Inputs are fp32: q and v [tokens, heads, head_dim] views with a
-// contiguous last dimension; K is transposed per item into a small buffer. Built by wde_core/attention/native.py on first use.
+// no [heads, L, L] scores in memory). Inputs are fp32 [tokens, heads, head_dim] views with a contiguous last
+// dimension; K is transposed and V copied per item into small buffers. The parts shared with the bf16
+// kernel are in varlen_common.h; wde_core/attention/native.py builds both on first use.
 #include <torch/extension.h>
 
 #include "varlen_common.h"
@@ -48,14 +49,10 @@ inline void pack_keys(Head& h, Scratch& sc, int D, int last, int width) {
 // of 16; keys past j1 up to the next block of KEYS are computed too (K^T is padded) and masked later.
 inline void scores(const Head& h, float* s, int width, int D, int i, int rows, int j0, int j1) {
   const float* qrow[ROWS];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r) qrow[r] = h.q + std::min(i + r, i + rows - 1) * h.qs;
+  block_rows(h.q, h.qs, i, rows, qrow);
   for (int j = j0; j < j1; j += KEYS) {
     __m512 acc[ROWS][4];
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r)
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    zero(acc);
     for (int d = 0; d < D; ++d) {
       const float* krow = h.kt + d * h.kt_stride + j;
       __m512 kv[4];
@@ -80,10 +77,7 @@ inline void scores(const Head& h, float* s, int width, int D, int i, int rows, i
 template <int NC>
 inline void weighted_values_part(const Head& h, const Scratch& sc, int width, int i, int rows, int j0, int j1, int c0) {
   __m512 acc[ROWS][NC];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r)
-    _Pragma("GCC unroll 16")
-    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+  zero(acc);
   for (int j = j0; j < j1; ++j) {
     const float* vrow = h.v + j * h.vs + c0;
     __m512 vv[NC];

@@ -63,14 +63,10 @@ struct Bf16 {
 
   static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     const uint16_t* qrow[ROWS];
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r) qrow[r] = h.q + std::min(i + r, i + rows - 1) * h.qs;
+    block_rows(h.q, h.qs, i, rows, qrow);
     for (int j = j0; j < j1; j += KEYS) {
       __m512 acc[ROWS][4];
-      _Pragma("GCC unroll 16")
-      for (int r = 0; r < ROWS; ++r)
-        _Pragma("GCC unroll 16")
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+      zero(acc);
       for (int d = 0; d < D; d += 2) {
         const uint32_t* krow = sc.kt.data() + static_cast<size_t>(d / 2) * width + j;
         __m512i kv[4];
@@ -101,10 +97,7 @@ struct Bf16 {
   static void weighted_values_part(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0,
                                    int j1, int c0) {
     __m512 acc[ROWS][NC];
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r)
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+    zero(acc);
     for (int j = j0; j < j1; j += 2) {  // j0 is even; a pair past j1 has probability 0
       const uint32_t* vrow = sc.vp.data() + static_cast<size_t>(j / 2) * D + c0;
       __m512i vv[NC];

@@ -15,6 +15,22 @@ constexpr int ROWS = 6;           // query rows per register block
 constexpr int KEYS = 64;          // keys per register block (4 vectors of 16)
 constexpr int QUERY_BLOCK = 128;  // query rows per work item
 
+// Every accumulator of a register block set to 0 (constant bounds, inlined: they stay in registers).
+template <int R, int C>
+__attribute__((always_inline)) inline void zero(__m512 (&acc)[R][C]) {
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r)
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+}
+
+// The ROWS query rows of the register block at row i (q rows `stride` apart); rows past `rows` repeat the last.
+template <typename T>
+__attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride, int i, int rows, const T* (&out)[ROWS]) {
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < ROWS; ++r) out[r] = q + std::min(i + r, i + rows - 1) * stride;
+}
+
 // exp(x) for x <= 0, Cephes' expf polynomial (relative error ~1e-7); exp of -inf is 0.
 inline __m512 exp_ps(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
