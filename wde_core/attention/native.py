@@ -11,10 +11,12 @@ import functools
 import logging
 import os
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
+from wde_core.attention.base import AttentionMetadata
 from wde_core.attention.sdpa import SdpaAttention, SdpaMetadata
 
 SOURCES = [Path(__file__).with_name("csrc") / name for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp")]
@@ -80,6 +82,15 @@ def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int |
         return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha).to(q.dtype)
 
 
+@dataclass
+class NativeMetadata(AttentionMetadata):
+    """Adds the sequence boundaries as the list the kernel takes (made once per batch, not per layer), and the
+    ``torch_sdpa`` metadata for head sizes the kernel does not take (planned only if one comes)."""
+
+    cu_list: list[int] = field(default_factory=list)
+    fallback: SdpaMetadata | None = None
+
+
 class NativeCpuAttention(SdpaAttention):
     """The AVX-512 varlen kernel on CPU (``torch_sdpa``'s CPU path for head sizes that are not a multiple of
     16); refused before loading where it cannot be built."""
@@ -91,9 +102,15 @@ class NativeCpuAttention(SdpaAttention):
             raise RuntimeError(f"attention backend 'cpu_varlen' is unavailable: {unavailable_reason()}")
         super().__init__(pipeline)
 
-    def forward(self, q, k, v, metadata: SdpaMetadata, scale: float | None = None,
+    def build_metadata(self, seq_lens: list[int], cu_seqlens: torch.Tensor, causal: bool) -> NativeMetadata:
+        """Sequence boundaries only: the kernel needs no padding plan."""
+        return NativeMetadata(seq_lens, cu_seqlens, max(seq_lens), causal, cu_list=cu_seqlens.tolist())
+
+    def forward(self, q, k, v, metadata: NativeMetadata, scale: float | None = None,
                 window: int | None = None) -> torch.Tensor:
         """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
-        if q.shape[-1] % 16 or q.stride(-1) != 1:
-            return super().forward(q, k, v, metadata, scale, window)
-        return native_attention(q, k, v, metadata.cu_seqlens.tolist(), metadata.causal, window, scale)
+        if q.shape[-1] % 16 == 0 and q.stride(-1) == 1:
+            return native_attention(q, k, v, metadata.cu_list, metadata.causal, window, scale)
+        if metadata.fallback is None:
+            metadata.fallback = super().build_metadata(metadata.seq_lens, metadata.cu_seqlens, metadata.causal)
+        return super().forward(q, k, v, metadata.fallback, scale, window)
