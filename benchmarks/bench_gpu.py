@@ -8,14 +8,13 @@ then prints tokens/s of wde and sentence-transformers in the same dtype, their r
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from common import CORPUS, measure, parser, print_ratio, save_bge_base_shape, timed
+from common import CORPUS, load_corpus, measure, parser, print_ratio, save_bge_base_shape, timed
 
 
 def main() -> None:
@@ -31,8 +30,7 @@ def main() -> None:
 
     from wde_core import Engine
 
-    with open(args.corpus, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for _, line in zip(range(args.n), f)]
+    texts = load_corpus(args.n, args.corpus)
     directory = save_bge_base_shape(Path(tempfile.mkdtemp(prefix="bge-base-shape-")), args.tokenizer)
     engine = Engine(str(directory), dtype=args.dtype, device=args.device)
     reference = SentenceTransformer(str(directory), device=args.device).to(getattr(torch, args.dtype))

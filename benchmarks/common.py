@@ -13,9 +13,9 @@ from typing import Any
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "wiki-paragraphs.jsonl"
 
 
-def load_corpus(n: int) -> list[str]:
-    """The first ``n`` wiki paragraphs."""
-    with open(CORPUS, encoding="utf-8") as f:
+def load_corpus(n: int, corpus: str | Path = CORPUS) -> list[str]:
+    """The first ``n`` wiki paragraphs (of ``corpus``, a JSON-lines file with a ``text`` field)."""
+    with open(corpus, encoding="utf-8") as f:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
