@@ -16,7 +16,7 @@ from wde_core import Engine
 from wde_core.async_engine import AsyncEngine
 from wde_core.engine import BatchError
 from wde_core.model_files import ModelNotFoundError
-from wde_core.stages.data_parallel import ReplicaDiedError
+from wde_data_parallel.executor import ReplicaDiedError
 
 TEXTS = wiki_paragraphs(60) + ["short", "a", "two words"]
 
@@ -48,6 +48,18 @@ def test_data_parallel_deals_work_by_token_load(dp_engine, expected):
     assert np.abs(dp_engine.encode(TEXTS) - expected).max() <= 1e-6
     served = [r.served_tokens for r in dp_engine.executor.replicas]
     assert min(served) > 0.3 * max(served), served
+
+
+def test_data_parallel_without_its_plugin_is_refused_with_the_install_command(tiny_st_bert_dir, monkeypatch):
+    from wde_core.plugins import PluginHost
+
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert")
+    host = PluginHost().load()
+    assert "wde-data-parallel" in host.filtered_out.values()
+    with pytest.raises(LookupError, match=r"no executor 'data_parallel' \(named by engine argument executor\); "
+                                          r"registered: pipelined, sync; the wde-data-parallel plugin provides it: "
+                                          r"pip install wde-data-parallel"):
+        Engine(str(tiny_st_bert_dir), device="cpu", executor="data_parallel", host=host)
 
 
 def wait_until(predicate, seconds: float = 20.0) -> None:

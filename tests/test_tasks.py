@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, BertModel
 from test_xlm_roberta import save_random_xlmr
 from wde_core import AsyncEngine, Engine
 from wde_core.plugin_api import Call, Task, TokenEmbedOptions, hookimpl
-from wde_core.stages.data_parallel import ReplicaDiedError
+from wde_data_parallel.executor import ReplicaDiedError
 from wde_core.testing import assert_matches_hf, plugin_host
 
 TEXTS = ["The cat sat on the mat.", "a", "Embeddings map text to vectors of numbers, one per input.",

@@ -44,10 +44,9 @@ def wde_register_attention_backends(register):
 
 @hookimpl
 def wde_register_executors(register):
-    """Synchronous, pipelined and data-parallel executors."""
+    """Synchronous and pipelined executors (``data_parallel`` comes from wde-data-parallel)."""
     register("sync", f"{_S}.executor:SyncExecutor", "runs each batch on the calling thread")
     register("pipelined", f"{_S}.executor:PipelinedExecutor", "a worker thread, 2 batches in flight")
-    register("data_parallel", f"{_S}.data_parallel:DataParallelExecutor", "replicas in worker processes")
 
 
 @hookimpl

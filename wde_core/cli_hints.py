@@ -3,11 +3,11 @@ checkout's ``./plugins/...`` when wde runs from a source tree) and Python API wo
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from importlib import resources
 from pathlib import Path
+
+from wde_core.registry import plugin_hints
 
 CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout has plugins/ beside wde_core/
 API_WORDS = ((r"\btruncate=True\b", "--truncate"), (r"\btruncate=False\b", "--no-truncate"),
@@ -17,14 +17,9 @@ METHOD_COMMANDS = {"score": "rerank"}  # front-end methods that a command of ano
 REQUIREMENT = r"'wde-[\w-]+(?:\[[\w-]+\])?'|wde-[\w-]+"
 
 
-def command_hints() -> dict[str, str]:
-    """``{command: distribution}``: the commands that known plugins provide (``plugin_hints.json``)."""
-    return json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())["commands"]
-
-
 def missing_command(name: str, host) -> str | None:
     """Why ``wde NAME`` is missing and how to get it, when a known plugin provides it."""
-    dist = command_hints().get(name)
+    dist = plugin_hints()["commands"].get(name)
     if dist is None:
         return None
     said = f"wde {name} is provided by the {dist} plugin"

@@ -58,3 +58,12 @@ class EngineArgs:
             raise TypeError(f"unknown engine argument(s) {', '.join(unknown)}; accepted{where}: "
                             f"{', '.join(sorted(accepted))}")
         return cls(**kwargs)
+
+
+def child_engine_args(pipeline, index: int, threads: int) -> dict:
+    """Engine arguments of worker process ``index`` (sync, its own threads and CUDA device, the resolved dtype):
+    what the data-parallel and tensor-parallel executors give the engines in their processes."""
+    args = {k: v for k, v in dataclasses.asdict(pipeline.args).items() if k != "model"}
+    device = f"cuda:{index}" if pipeline.device.type == "cuda" else str(pipeline.device)
+    dtype = str(pipeline.dtype).replace("torch.", "")
+    return {**args, "executor": "sync", "num_threads": threads, "dtype": dtype, "device": device}

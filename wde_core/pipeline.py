@@ -4,16 +4,15 @@ The one place that decides; ``Engine`` builds from its result, ``wde inspect`` p
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import torch
 
 from wde_core.model_files import ModelDirectory, open_model_directory
 from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host
+from wde_core.registry import plugin_hints
 from wde_core.entries import STAGES, ArchitectureLink, Component, Workflow
 from wde_core.settings import ModelSettings, decide_model_settings
 
@@ -160,7 +159,7 @@ def _no_workflow_message(model: str, archs: list[str], task: str | None, host: P
     if host.filtered_out:
         message += (f" Installed but left out by {ALLOWLIST_ENV}={os.environ.get(ALLOWLIST_ENV, '')!r}: "
                     f"{', '.join(sorted(host.filtered_out))}.")
-    hints = json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
+    hints = plugin_hints()
     loaded = {info.distribution for info in host.plugins.values()}
     wanted = sorted({hints[a] for a in archs if a in hints and hints[a] not in loaded})
     filtered = [d for d in wanted if d in host.filtered_out.values()]

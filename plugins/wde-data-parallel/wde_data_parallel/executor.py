@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from wde_core.stages.model_input import ModelInput
+from wde_core.plugin_api import ModelInput, child_engine_args
 
 logger = logging.getLogger("wde")
 
@@ -25,8 +25,7 @@ class ReplicaDiedError(RuntimeError):
 
 def _replica_main(conn, model: str, engine_args: dict[str, Any]) -> None:
     """Body of a replica process: build a worker, then serve batches; a failure to start sends its traceback."""
-    from wde_core.pipeline import assemble_pipeline
-    from wde_core.stages.worker import worker_factory
+    from wde_core.plugin_api import assemble_pipeline, worker_factory
 
     try:
         worker = worker_factory(assemble_pipeline(model, **engine_args))()
@@ -58,14 +57,6 @@ class _Replica:
     @property
     def load(self) -> int:
         return sum(tokens for _, tokens in self.pending.values())
-
-
-def child_engine_args(pipeline, index: int, threads: int) -> dict:
-    """Engine arguments of worker process ``index`` (sync, its own threads and CUDA device, the resolved dtype)."""
-    args = {k: v for k, v in dataclasses.asdict(pipeline.args).items() if k != "model"}
-    device = f"cuda:{index}" if pipeline.device.type == "cuda" else str(pipeline.device)
-    dtype = str(pipeline.dtype).replace("torch.", "")
-    return {**args, "executor": "sync", "num_threads": threads, "dtype": dtype, "device": device}
 
 
 class DataParallelExecutor:

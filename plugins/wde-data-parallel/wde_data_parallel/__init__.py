@@ -1,0 +1,1 @@
+"""wde-data-parallel: the ``data_parallel`` executor (model replicas in worker processes)."""
