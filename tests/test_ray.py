@@ -274,7 +274,7 @@ def save_random_bge_m3(directory) -> str:
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    from wde_core.testing import save_random_model
+    from wde_plugin_kit import save_random_model
 
     config = XLMRobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                               max_position_embeddings=130, architectures=["XLMRobertaModel"])

@@ -12,7 +12,7 @@ from transformers import (GteConfig, GteForSequenceClassification, NomicBertConf
 
 from test_deberta import random_sequences, run_raw
 from wde_core import Engine
-from wde_core.testing import save_random_model
+from wde_plugin_kit import save_random_model
 
 TOL = 1e-4
 LABELS = ["contradiction", "entailment", "neutral"]

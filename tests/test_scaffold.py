@@ -10,10 +10,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from wde_core.scaffold import default_architecture, package_name, plugin
+from wde_plugin_kit.scaffold import default_architecture, package_name, plugin
 
 NAME, ARCH, PACKAGE = "wde-scaffold-demo", "ScaffoldDemoModel", "wde_scaffold_demo"
-ALLOWED_IMPORTS = {"wde_core.plugin_api", "wde_core.testing"}
+ALLOWED_IMPORTS = {"wde_core.plugin_api", "wde_plugin_kit"}
 
 
 def non_blank_lines(path) -> int:
@@ -22,12 +22,12 @@ def non_blank_lines(path) -> int:
 
 
 def wde_imports(path) -> set[str]:
-    """Every ``wde_core`` module that ``path`` imports."""
-    found = set()
+    """Every ``wde_core`` or ``wde_plugin_kit`` module that ``path`` imports."""
+    found, ours = set(), {"wde_core", "wde_plugin_kit"}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "wde_core"}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "wde_core":
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] in ours}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ours:
             found.add(node.module)
     return found
 
@@ -47,6 +47,7 @@ def test_writes_the_distribution(generated):
                      f"{PACKAGE}/plugin.py", "tests/test_parity.py"}
     pyproject = (generated / "pyproject.toml").read_text()
     assert f'name = "{NAME}"' in pyproject and '"wde-core>=0.1.0"' in pyproject
+    assert 'test = ["pytest>=8", "wde-plugin-kit>=0.1.0"]' in pyproject
     assert f'"{NAME}" = "{PACKAGE}.plugin"' in pyproject
     plugin_py = (generated / PACKAGE / "plugin.py").read_text()
     assert f'architecture="{ARCH}"' in plugin_py and f'model="{PACKAGE}.model:{ARCH}"' in plugin_py
@@ -103,3 +104,12 @@ def test_the_wde_command_serves_the_plugin_group(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "demo" / "wde_cli_demo" / "model.py").is_file()
+
+
+def test_without_the_kit_wde_plugin_names_the_distribution_that_provides_it(tmp_path):
+    env = {**os.environ, "WDE_PLUGINS": "wde-bert"}
+    run = subprocess.run([sys.executable, "-c", "from wde_core.cli import main; main()", "plugin", "new", "wde-x",
+                          "--directory", str(tmp_path / "x")], capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 1 and not (tmp_path / "x").exists()
+    assert ("wde plugin is provided by the wde-plugin-kit plugin, installed but left out by WDE_PLUGINS='wde-bert'"
+            in run.stderr), run.stderr

@@ -16,7 +16,7 @@ from test_xlm_roberta import save_random_xlmr
 from wde_core import AsyncEngine, Engine
 from wde_core.plugin_api import Call, Task, TokenEmbedOptions, hookimpl
 from wde_data_parallel.executor import ReplicaDiedError
-from wde_core.testing import assert_matches_hf, plugin_host
+from wde_plugin_kit import assert_matches_hf, plugin_host
 
 TEXTS = ["The cat sat on the mat.", "a", "Embeddings map text to vectors of numbers, one per input.",
          "short text", "Retrieval " * 40]

@@ -1,4 +1,4 @@
-"""The plugin authors' kit (``wde_core.testing``): tokenizers, sentence-transformers files, the plugin host, parity."""
+"""The plugin authors' kit (``wde_plugin_kit``): tokenizers, sentence-transformers files, the plugin host, parity."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from wde_core import Engine
 from wde_core.plugin_api import ArchitectureLink, hookimpl
 from wde_core.plugins import get_plugin_host
-from wde_core.testing import (assert_matches_hf, bpe_tokenizer, plugin_host, save_random_model, wordpiece_tokenizer,
+from wde_plugin_kit import (assert_matches_hf, bpe_tokenizer, plugin_host, save_random_model, wordpiece_tokenizer,
                               write_st_files)
 
 TEXTS = ["hello world", "a", "What is the capital of France?", "The quick brown fox jumps over the lazy dog. " * 9]

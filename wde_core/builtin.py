@@ -126,10 +126,9 @@ def wde_select_attention_backend(device, dtype, causal):
 
 @hookimpl
 def wde_register_commands(cli):
-    """The core's own commands: list-workflows, plugins, inspect, encode, plugin (new)."""
+    """The core's own commands: list-workflows, plugins, inspect, encode."""
     from wde_core import cli as commands
     from wde_core.cli_encode import encode
-    from wde_core.scaffold import plugin
 
-    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode, plugin):
+    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode):
         cli.add_command(command)

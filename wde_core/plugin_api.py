@@ -17,7 +17,7 @@ _MODULES = {
     "wde_core.request": ("Request", "EmbedOptions", "TokenEmbedOptions", "ScoreOptions"),
     "wde_core.tasks": ("Call",),
     "wde_core.stages.input_processor": ("TextInputProcessor",),
-    "wde_core.stages.tokenizer": ("HFTokenizer",),
+    "wde_core.stages.tokenizer": ("HFTokenizer", "prompt_token_count"),
     "wde_core.stages.scheduler": ("TokenBudgetScheduler",),
     "wde_core.stages.model_input": ("FlatBatchBuilder", "ModelInput"),
     "wde_core.stages.executor": ("SyncExecutor",),
@@ -36,6 +36,6 @@ _MODULES = {
     "wde_core.engine": ("Engine",),
     "wde_core.pipeline": ("assemble_pipeline",),
     "wde_core.async_engine": ("AsyncEngine",),
-    "wde_core.plugins": ("get_plugin_host",),
+    "wde_core.plugins": ("get_plugin_host", "PluginHost", "reset_plugin_host"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(globals(), _MODULES)

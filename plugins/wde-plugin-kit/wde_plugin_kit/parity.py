@@ -61,8 +61,7 @@ def assert_matches_hf(model_dir, texts: Sequence[str], *, hf_model: Any = None, 
     ``{backend: {"token_states": diff, "pooled": diff}}`` (max abs), raises ``AssertionError`` naming a misfit."""
     from transformers import AutoTokenizer
 
-    from wde_core import Engine
-    from wde_core.stages.tokenizer import prompt_token_count
+    from wde_core.plugin_api import Engine, prompt_token_count
 
     model_dir = Path(model_dir)
     texts = list(texts)

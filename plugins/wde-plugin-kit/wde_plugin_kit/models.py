@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wde_core.testing.st_files import write_st_files
-from wde_core.testing.tokenizer_builders import bpe_tokenizer, wordpiece_tokenizer
+from wde_plugin_kit.st_files import write_st_files
+from wde_plugin_kit.tokenizer_builders import bpe_tokenizer, wordpiece_tokenizer
 
 TOKENIZERS = {"wordpiece": wordpiece_tokenizer, "bpe": bpe_tokenizer}
 

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, Iterator
 
-from wde_core.plugins import PluginHost, get_plugin_host, reset_plugin_host
+from wde_core.plugin_api import PluginHost, get_plugin_host, reset_plugin_host
 
 
 def _named(plugin: Any) -> tuple[str, Any]:

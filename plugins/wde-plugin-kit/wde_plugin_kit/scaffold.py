@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 _DIST_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
-# the files written, each from FILE.tmpl under wde_core/templates/plugin ("package/" is the import name)
+# the files written, each from FILE.tmpl under wde_plugin_kit/templates/plugin ("package/" is the import name)
 FILES = ("pyproject.toml", "README.md", "package/__init__.py", "package/plugin.py", "package/model.py",
          "tests/test_parity.py")
 
@@ -53,7 +53,7 @@ def write_skeleton(name: str, architecture: str | None = None, directory: str | 
         raise click.BadParameter(f"{str(target)!r} already exists and is not an empty directory",
                                  param_hint="'--directory'" if directory is not None else "NAME")
     values = {"name": name, "package": package, "architecture": architecture, "model_class": architecture}
-    templates = resources.files("wde_core") / "templates" / "plugin"
+    templates = resources.files("wde_plugin_kit") / "templates" / "plugin"
     written = []
     for name in FILES:
         path = target / re.sub(r"^package/", f"{package}/", name)
@@ -81,4 +81,4 @@ def new(name: str, architecture: str | None, directory: str | None) -> None:
     root = written[0].parent
     for path in written:
         click.echo(f"wrote {path}")
-    click.echo(f"\nnext: edit {root / package_name(name) / 'model.py'}, then: cd {root} && pip install -e . && pytest")
+    click.echo(f"\nnext: edit {root / package_name(name) / 'model.py'}, then: cd {root} && pip install -e '.[test]' && pytest")
