@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_ci_run_hands_its_arguments_to_nox(tmp_path):
     assert "bash .ci/run -s tests" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("project", ["plugins/wde-reranker", "."])
+@pytest.mark.parametrize("project", ["plugins/wde-reranker", "plugins/wde-plugin-kit", "."])
 def test_building_a_project_of_the_checkout_leaves_it_clean(tmp_path, project):
     source = tmp_path / "source"
     if project == ".":
@@ -51,7 +52,12 @@ def test_building_a_project_of_the_checkout_leaves_it_clean(tmp_path, project):
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "wheels"),
                             str(source)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr
-    assert len(list((tmp_path / "wheels").glob("wde_*-0.1.0-py3-none-any.whl"))) == 1
+    wheels = list((tmp_path / "wheels").glob("wde_*-0.1.0-py3-none-any.whl"))
+    assert len(wheels) == 1
+    if project == "plugins/wde-plugin-kit":  # the scaffold's templates and the tokenizers' text ship in the wheel
+        names = set(zipfile.ZipFile(wheels[0]).namelist())
+        assert {"wde_plugin_kit/english.txt", "wde_plugin_kit/templates/plugin/pyproject.toml.tmpl",
+                "wde_plugin_kit/templates/plugin/tests/test_parity.py.tmpl"} <= names
     after = sorted(str(p.relative_to(source)) for p in source.rglob("*"))
     assert [p for p in after if p not in before] == []  # no build/, no *.egg-info
     gitignore = (ROOT / ".gitignore").read_text().splitlines()

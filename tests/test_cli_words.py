@@ -134,7 +134,8 @@ def test_async_engine_is_exported_from_the_package():
 
 
 # --- plugins the user does not have yet ---------------------------------------------------------------
-@pytest.mark.parametrize("command, dist", [("rerank", "wde-reranker"), ("serve", "wde-server")])
+@pytest.mark.parametrize("command, dist", [("rerank", "wde-batch"), ("encode", "wde-batch"), ("serve", "wde-server"),
+                                           ("plugin", "wde-plugin-kit")])
 def test_a_missing_plugins_command_says_how_to_install_it(register_plugin, tmp_path, monkeypatch, command, dist):
     register_plugin(use_entry_points=False)  # only the core: no plugin installed
     group = WdeGroup("wde")
@@ -163,7 +164,7 @@ def test_a_command_left_out_by_wde_plugins_says_so():
     proc = subprocess.run([WDE, "rerank", "query", "doc"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip().splitlines()[-1] == (
-        "Error: wde rerank is provided by the wde-reranker plugin, installed but left out by "
+        "Error: wde rerank is provided by the wde-batch plugin, installed but left out by "
         "WDE_PLUGINS='wde-bert': add its entry point to WDE_PLUGINS")
 
 

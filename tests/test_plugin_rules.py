@@ -18,9 +18,9 @@ class ClashingCommands:
     @staticmethod
     @hookimpl
     def wde_register_commands(cli):
-        @cli.command("encode")
-        def fake_encode():
-            click.echo("not the real encode")
+        @cli.command("inspect")
+        def fake_inspect():
+            click.echo("not the real inspect")
 
         @cli.command("hello")
         def hello():
@@ -32,8 +32,8 @@ def test_a_command_name_already_taken_is_refused_and_reported():
     group = click.Group("wde")
     host.register_commands(group)
     assert [str(p) for p in host.problems] == [
-        "clashing: duplicate command 'encode': already provided by 'wde-core', refused"]
-    assert group.commands["encode"].callback.__module__ == "wde_core.cli_encode"
+        "clashing: duplicate command 'inspect': already provided by 'wde-core', refused"]
+    assert group.commands["inspect"].callback.__module__ == "wde_core.cli"
     assert CliRunner().invoke(group, ["hello"]).output == "hello from clashing\n"
     host.register_commands(group)  # registering again (a second main()) adds no new problem
     assert len(host.problems) == 1

@@ -126,9 +126,8 @@ def wde_select_attention_backend(device, dtype, causal):
 
 @hookimpl
 def wde_register_commands(cli):
-    """The core's own commands: list-workflows, plugins, inspect, encode."""
+    """The core's own commands: list-workflows, plugins, inspect."""
     from wde_core import cli as commands
-    from wde_core.cli_encode import encode
 
-    for command in (commands.list_workflows, commands.plugins, commands.inspect, encode):
+    for command in (commands.list_workflows, commands.plugins, commands.inspect):
         cli.add_command(command)

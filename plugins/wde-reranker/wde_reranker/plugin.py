@@ -62,11 +62,3 @@ def wde_register_workflows(register):
                                ("classify", "labels", "texts or pairs -> label probabilities")):
         register(replace(EMBED_WORKFLOW, name=name, input_processor="cross-encoder", tokenizer="hf-pair",
                          output_processor=output, description=what))
-
-
-@hookimpl
-def wde_register_commands(cli):
-    """``wde rerank``."""
-    from wde_reranker.cli import rerank
-
-    cli.add_command(rerank)

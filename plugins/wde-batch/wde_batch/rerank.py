@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from wde_core.plugin_api import parse_engine_args, read_inputs
+from wde_batch.io import input_options, read_inputs
+from wde_core.plugin_api import engine_arg_option, engine_error, parse_engine_args
 
 NO_MODEL = ("wde rerank needs a cross-encoder model, and no installed plugin ships one: name one with -m, e.g. "
             "wde rerank -m cross-encoder/ms-marco-MiniLM-L-6-v2 QUERY DOCUMENT... (a model directory, or a hub id "
@@ -19,12 +20,7 @@ NO_MODEL = ("wde rerank needs a cross-encoder model, and no installed plugin shi
 @click.argument("arguments", nargs=-1, metavar="QUERY [DOCUMENTS]...")
 @click.option("--query", default=None, help="The query, when the arguments are all documents.")
 @click.option("-m", "--model", default=None, help="A cross-encoder directory or hub id.")
-@click.option("-i", "--input", "input_file", default=None, help="Read documents from FILE ('-': stdin): .txt, .jsonl, "
-              ".json, .csv, .tsv or .parquet, as for wde encode.")
-@click.option("--input-format", type=click.Choice(["csv", "json", "jsonl", "parquet", "tsv", "txt"]), default=None,
-              help="Format of --input or stdin when not its suffix.")
-@click.option("--column", default="text", show_default=True, help="The field or column holding the document.")
-@click.option("--encoding", default="utf-8", show_default=True, help="Text encoding of the input.")
+@input_options
 @click.option("--top-n", type=int, default=None, help="Keep the best N documents.")
 @click.option("--return-documents", is_flag=True, help="Include each document's text in the output.")
 @click.option("--raw-scores", is_flag=True, help="Raw logits instead of sigmoid scores.")
@@ -33,8 +29,7 @@ NO_MODEL = ("wde rerank needs a cross-encoder model, and no installed plugin shi
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
 @click.option("--num-threads", type=int, default=None, help="CPU threads for inference.")
-@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
-              help="Any other engine argument (a workflow's own too); VALUE is read as JSON, else as text.")
+@engine_arg_option
 def rerank(arguments, query, model, input_file, input_format, column, encoding, top_n, return_documents, raw_scores,
            truncate, device, dtype, num_threads, engine_args) -> None:
     """Score DOCUMENTS (or --input FILE, or stdin lines) against QUERY; print a JSON list, best first."""
@@ -47,12 +42,9 @@ def rerank(arguments, query, model, input_file, input_format, column, encoding, 
         raise click.ClickException(NO_MODEL)
     docs, ids = read_inputs(documents, input_file, input_format=input_format, column=column, encoding=encoding)
     args = {"device": device, "dtype": dtype, "num_threads": num_threads, **parse_engine_args(engine_args)}
-    try:
-        with Engine(model, **args) as engine:
-            results = engine.rerank(query, docs, top_n=top_n, return_documents=return_documents,
-                                    raw_scores=raw_scores, truncate=truncate)
-    except (LookupError, ValueError, TypeError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+    with engine_error(), Engine(model, **args) as engine:
+        results = engine.rerank(query, docs, top_n=top_n, return_documents=return_documents,
+                                raw_scores=raw_scores, truncate=truncate)
     click.echo(json.dumps([_with_id(r, ids) for r in results], ensure_ascii=False))
 
 

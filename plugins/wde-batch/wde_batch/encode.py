@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-from wde_core.cli import engine_arg_option, engine_error, parse_engine_args
-from wde_core.cli_io import OUTPUT_FORMATS, input_options, output_format, read_inputs, write_outputs
+from wde_batch.io import OUTPUT_FORMATS, input_options, output_format, read_inputs, write_outputs
+from wde_core.plugin_api import engine_arg_option, engine_error, parse_engine_args
 
-__all__ = ["encode", "read_inputs"]
 PROGRESS_THRESHOLD = 256
 
 
@@ -41,7 +40,7 @@ PROGRESS_THRESHOLD = 256
 def encode(texts, model, input_file, input_format, column, encoding, output, output_format_name, normalize,
            dimensions, output_types, prompt, prompt_name, truncate, quiet, engine_args, **named) -> None:
     """Embed TEXTS (or --input FILE, or stdin lines) and write the embeddings."""
-    from wde_core.engine import Engine
+    from wde_core.plugin_api import Engine
 
     fmt = output_format(output, output_format_name, output_types)
     items, ids = read_inputs(texts, input_file, input_format=input_format, column=column, encoding=encoding)
