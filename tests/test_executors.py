@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+import wde_bert.plugin
 from conftest import wiki_paragraphs
 from wde_core import Engine
 from wde_core.async_engine import AsyncEngine
@@ -53,13 +54,18 @@ def test_data_parallel_deals_work_by_token_load(dp_engine, expected):
 def test_data_parallel_without_its_plugin_is_refused_with_the_install_command(tiny_st_bert_dir, monkeypatch):
     from wde_core.plugins import PluginHost
 
+    refused = r"no executor 'data_parallel' \(named by engine argument executor\); registered: pipelined, sync; "
+    core_and_bert = PluginHost(use_entry_points=False).load(extra_plugins=[("wde-bert", wde_bert.plugin)])
+    with pytest.raises(LookupError, match=refused + r"the wde-data-parallel plugin provides it: "
+                                                    r"pip install wde-data-parallel$"):
+        Engine(str(tiny_st_bert_dir), device="cpu", executor="data_parallel", host=core_and_bert)
     monkeypatch.setenv("WDE_PLUGINS", "wde-bert")
-    host = PluginHost().load()
-    assert "wde-data-parallel" in host.filtered_out.values()
-    with pytest.raises(LookupError, match=r"no executor 'data_parallel' \(named by engine argument executor\); "
-                                          r"registered: pipelined, sync; the wde-data-parallel plugin provides it: "
-                                          r"pip install wde-data-parallel"):
-        Engine(str(tiny_st_bert_dir), device="cpu", executor="data_parallel", host=host)
+    left_out = PluginHost().load()
+    assert "wde-data-parallel" in left_out.filtered_out.values()
+    with pytest.raises(LookupError, match=refused + r"the wde-data-parallel plugin provides it, installed but left "
+                                                    r"out by WDE_PLUGINS='wde-bert': add its entry point to "
+                                                    r"WDE_PLUGINS$"):
+        Engine(str(tiny_st_bert_dir), device="cpu", executor="data_parallel", host=left_out)
 
 
 def wait_until(predicate, seconds: float = 20.0) -> None:

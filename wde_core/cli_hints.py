@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from wde_core.registry import plugin_hints
+from wde_core.plugins import plugin_hints
 
 CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout has plugins/ beside wde_core/
 API_WORDS = ((r"\btruncate=True\b", "--truncate"), (r"\btruncate=False\b", "--no-truncate"),
@@ -20,14 +20,7 @@ REQUIREMENT = r"'wde-[\w-]+(?:\[[\w-]+\])?'|wde-[\w-]+"
 def missing_command(name: str, host) -> str | None:
     """Why ``wde NAME`` is missing and how to get it, when a known plugin provides it."""
     dist = plugin_hints()["commands"].get(name)
-    if dist is None:
-        return None
-    said = f"wde {name} is provided by the {dist} plugin"
-    if dist in host.filtered_out.values():
-        allow = os.environ.get("WDE_PLUGINS", "")
-        return f"{said}, installed but left out by WDE_PLUGINS={allow!r}: add its entry point to WDE_PLUGINS"
-    failed = next((p.message for p in host.problems if p.plugin == dist), None)
-    return f"{said}, which failed to load: {failed}" if failed else f"{said}: pip install {dist}"
+    return None if dist is None else f"wde {name} is provided by the {dist} plugin{host.install_hint(dist)}"
 
 
 def install_command(*requirements: str) -> str:

@@ -11,8 +11,7 @@ from typing import Any
 import torch
 
 from wde_core.model_files import ModelDirectory, open_model_directory
-from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host
-from wde_core.registry import plugin_hints
+from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host, plugin_hints
 from wde_core.entries import STAGES, ArchitectureLink, Component, Workflow
 from wde_core.settings import ModelSettings, decide_model_settings
 
@@ -78,7 +77,7 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     directory = open_model_directory(model, host.registry, engine_args.get("revision"))
     link = _select_link(directory, engine_args.get("task"), host, reasons, engine_args.get("variant"))
     workflow = host.registry.workflows[link.workflow]
-    args_cls = host.registry.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
+    args_cls = host.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
     args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
     device, dtype = _device_and_dtype(args, reasons)
     settings = decide_model_settings(directory, link, args, reasons)
@@ -215,13 +214,12 @@ def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[st
 
 
 def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:
-    registry = host.registry
     chosen = workflow.stages()
     if args.executor is not None:
         chosen["executor"] = args.executor
         reasons["executor"] = "engine argument executor"
     chosen["attention_backend"] = _attention_backend_name(workflow, args, device, dtype, causal, host, reasons)
-    return {stage: registry.component(stage, chosen[stage], needed_by=reasons.get(stage, f"workflow {workflow.name!r}"))
+    return {stage: host.component(stage, chosen[stage], needed_by=reasons.get(stage, f"workflow {workflow.name!r}"))
             for stage in STAGES}
 
 

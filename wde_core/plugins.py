@@ -5,12 +5,14 @@ registering is reported by name; the others keep working."""
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import json
 import logging
 import os
 from dataclasses import dataclass, field
 from functools import partial
-from importlib import metadata
+from importlib import metadata, resources
 from typing import Any, Callable, Iterable
 
 import pluggy
@@ -26,6 +28,12 @@ ALLOWLIST_ENV = "WDE_PLUGINS"
 CORE_PLUGIN_NAME = "wde-core"
 STAGE_HOOKS = {stage: "wde_register_engine_args" if stage == "engine_args" else f"wde_register_{stage}s"
                for stage in STAGES}
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_hints() -> dict[str, Any]:
+    """Which known distribution provides an architecture, a command (``commands``) or a component (``components``)."""
+    return json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
 
 
 @dataclass
@@ -70,6 +78,25 @@ class PluginHost:
             self._register(name, obj, "(in process)", "")
         self._collect()
         return self
+
+    def component(self, stage: str, name: str, *, needed_by: str = ""):
+        """The registered component; a ``LookupError`` naming the alternatives and, when a known plugin provides
+        the missing one, how to get it."""
+        try:
+            return self.registry.component(stage, name, needed_by=needed_by)
+        except LookupError as exc:
+            dist = plugin_hints()["components"].get(name)
+            if dist is None:
+                raise
+            raise LookupError(f"{exc}; the {dist} plugin provides it{self.install_hint(dist)}") from None
+
+    def install_hint(self, dist: str) -> str:
+        """How to get distribution ``dist``'s plugin: allow it in ``WDE_PLUGINS``, see why it failed, or install it."""
+        if dist in self.filtered_out.values():
+            allow = os.environ.get(ALLOWLIST_ENV, "")
+            return f", installed but left out by {ALLOWLIST_ENV}={allow!r}: add its entry point to {ALLOWLIST_ENV}"
+        failed = next((p.message for p in self.problems if p.plugin == dist), None)
+        return f", which failed to load: {failed}" if failed else f": pip install {dist}"
 
     def _load_entry_points(self) -> None:
         allow = os.environ.get(ALLOWLIST_ENV)

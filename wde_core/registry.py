@@ -5,11 +5,8 @@ Every import path is checked when registered (its module must be findable); ``ch
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.util
-import json
 import re
-from importlib import resources
 from typing import Any
 
 from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem, Task,
@@ -17,12 +14,6 @@ from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Compo
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _METHOD = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-@functools.lru_cache(maxsize=1)
-def plugin_hints() -> dict[str, Any]:
-    """Which known distribution provides an architecture, a command (``commands``) or a component (``components``)."""
-    return json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
 
 
 class RegistrationError(ValueError):
@@ -124,9 +115,7 @@ class Registry:
         except KeyError:
             known = ", ".join(sorted(self.components[stage])) or "none"
             who = f" (named by {needed_by})" if needed_by else ""
-            dist = plugin_hints()["components"].get(name)
-            hint = f"; the {dist} plugin provides it: pip install {dist}" if dist else ""
-            raise LookupError(f"no {stage.replace('_', ' ')} {name!r}{who}; registered: {known}{hint}") from None
+            raise LookupError(f"no {stage.replace('_', ' ')} {name!r}{who}; registered: {known}") from None
 
     def method_owner(self, method: str) -> Task | None:
         """The task whose front end has ``method``, or ``None``."""

@@ -81,4 +81,5 @@ def new(name: str, architecture: str | None, directory: str | None) -> None:
     root = written[0].parent
     for path in written:
         click.echo(f"wrote {path}")
-    click.echo(f"\nnext: edit {root / package_name(name) / 'model.py'}, then: cd {root} && pip install -e '.[test]' && pytest")
+    click.echo(f"\nnext: edit {root / package_name(name) / 'model.py'}, "
+               f"then: cd {root} && pip install -e '.[test]' && pytest")
