@@ -2,6 +2,7 @@
 
 Each call is prepared on a tokenizer thread (bad input fails that call alone, before any work), then
 queued; the engine thread runs the batches and resolves each call's future when its last request is done.
+A caller cancelled while it waits cancels its call: its queued requests are dropped, its outputs discarded.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class AsyncEngine:
         self._ids = itertools.count()
         self._calls: dict[int, _Call] = {}
         self._closed = False
+        self.cancelled_requests = 0  # requests of cancelled calls dropped before they were computed
         self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wde-tokenizer")
         built: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._build_and_loop, args=(model, engine_args, built),
@@ -79,9 +81,11 @@ class AsyncEngine:
         """Run a front-end method by name: prepared on the tokenizer thread, batched with other callers."""
         return await self.submit(partial(self.engine.prepare, method, *args, **kwargs))
 
-    async def submit(self, prepare: Callable[[], Call], *, inline: bool = False) -> Any:
+    async def submit(self, prepare: Callable[[], Call], *, inline: bool = False, tenant: str | None = None) -> Any:
         """Run ``prepare()`` on the tokenizer thread (on the event loop itself when ``inline``: cheaper for a
-        few short texts), queue its requests with other callers', and await its collected results."""
+        few short texts), queue its requests with other callers', and await its collected results. The
+        scheduler takes turns between tenants (``None``: every anonymous caller together), then between calls;
+        cancelling the awaiting task cancels the call."""
         if self._closed or not self._thread.is_alive():
             raise RuntimeError("AsyncEngine is closed" if self._closed else "the engine loop has stopped")
         loop = asyncio.get_running_loop()
@@ -92,8 +96,10 @@ class AsyncEngine:
         call = _Call(loop, loop.create_future(), prepared.collect, [None] * len(requests), len(requests))
         call_id = next(self._ids)
         for request in requests:
-            request.call_id = call_id
+            request.call_id, request.tenant = call_id, tenant
         self._submissions.put((call_id, call, requests))
+        # a cancelled caller (task.cancel(), a timeout) cancels the future it awaits: the engine drops the call
+        call.future.add_done_callback(lambda f: f.cancelled() and self._submissions.put(("cancel", call_id)))
         return await call.future
 
     def _loop(self) -> None:
@@ -102,6 +108,9 @@ class AsyncEngine:
             for item in self._drain(block=not stopping and not engine.has_unfinished()):
                 if item is None:
                     stopping = True
+                    continue
+                if item[0] == "cancel":
+                    self._cancel(item[1])
                     continue
                 call_id, call, requests = item
                 self._calls[call_id] = call
@@ -145,6 +154,11 @@ class AsyncEngine:
                 del self._calls[request.call_id]
                 result = call.collect(call.results)
                 call.loop.call_soon_threadsafe(_resolve, call.future, result, None)
+
+    def _cancel(self, call_id: int) -> None:
+        """Forget a cancelled call (outputs of its batches in flight are discarded) and drop its queued requests."""
+        if self._calls.pop(call_id, None) is not None and hasattr(self.engine.scheduler, "drop"):
+            self.cancelled_requests += self.engine.scheduler.drop(call_id)
 
     def _fail(self, call_id: int, error: BaseException) -> None:
         call = self._calls.pop(call_id, None)

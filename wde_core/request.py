@@ -43,6 +43,7 @@ class Request:
     token_type_ids: list[int] | None = None
     prompt_len: int = 0
     call_id: int | None = None
+    tenant: str | None = None  # who sent it (e.g. an API key's name): the scheduler takes turns between tenants
     scheduled_at: float | None = None  # time.perf_counter() when its batch was formed
 
     @property

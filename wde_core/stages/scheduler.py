@@ -1,22 +1,57 @@
-"""Prefill-only scheduler: no KV cache, no preemption; batches bounded by tokens and sequences."""
+"""Prefill-only scheduler: no KV cache, no preemption; batches bounded by tokens and sequences, formed fairly."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from wde_core.request import Request
 
 
+class _Turns:
+    """Keyed queues taking turns: a new key joins after the keys not served yet, ahead of those served."""
+
+    def __init__(self) -> None:
+        self.queues: dict[Any, Any] = {}
+        self.order: deque = deque()
+        self.unserved = 0
+
+    def queue(self, key: Any, make: Callable[[], Any]) -> Any:
+        """The queue under ``key``, made and put in line when new."""
+        if key not in self.queues:
+            self.queues[key] = make()
+            self.order.insert(self.unserved, key)
+            self.unserved += 1
+        return self.queues[key]
+
+    def served(self, *, empty: bool) -> None:
+        """The head had its turn: it goes to the back of the line, or out of it when ``empty``."""
+        key = self.order.popleft()
+        self.unserved = max(0, self.unserved - 1)
+        if empty:
+            del self.queues[key]
+        else:
+            self.order.append(key)
+
+    def remove(self, key: Any) -> Any:
+        """Take ``key``'s queue out of the line and return it."""
+        self.unserved -= self.order.index(key) < self.unserved
+        self.order.remove(key)
+        return self.queues.pop(key)
+
+
 class TokenBudgetScheduler:
-    """First come, first served; each batch holds at most ``max_num_batched_tokens`` tokens and ``max_num_seqs``
-    sequences. Requests added together are queued longest first, and each batch is put longest first, so
-    equal lengths sit side by side and attention pads little."""
+    """Each batch holds at most ``max_num_batched_tokens`` tokens and ``max_num_seqs`` sequences, taken in
+    turns: round-robin over tenants (``Request.tenant``), within a tenant over calls (``Request.call_id``),
+    one request per turn, so a small call is not stuck behind big ones; a call not served yet goes ahead of
+    those already served. A call's requests are queued longest first, and each batch is put longest first,
+    so equal lengths sit side by side and attention pads little. With one call this is first come, first
+    served."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
         self.max_seqs = pipeline.args.max_num_seqs
-        self.waiting: deque[Request] = deque()
+        self.tenants = _Turns()
 
     def add(self, requests: Iterable[Request]) -> None:
         """Queue tokenized requests, longest first within this call."""
@@ -24,25 +59,56 @@ class TokenBudgetScheduler:
             if request.num_tokens > self.max_tokens:
                 raise ValueError(f"input {request.index}: {request.num_tokens} tokens exceed "
                                  f"max_num_batched_tokens={self.max_tokens}")
-            self.waiting.append(request)
+            self._enqueue(request)
+
+    def _enqueue(self, request: Request) -> None:
+        self.tenants.queue(request.tenant, _Turns).queue(request.call_id, deque).append(request)
 
     def has_waiting(self) -> bool:
         """Whether requests are queued."""
-        return bool(self.waiting)
+        return bool(self.tenants.order)
+
+    def num_waiting(self) -> int:
+        """How many requests are queued."""
+        return sum(len(requests) for calls in self.tenants.queues.values() for requests in calls.queues.values())
+
+    @property
+    def waiting(self) -> list[Request]:
+        """Every queued request, call by call (a copy); assigning a sequence re-queues it in that order."""
+        return [r for calls in self.tenants.queues.values() for requests in calls.queues.values() for r in requests]
+
+    @waiting.setter
+    def waiting(self, requests: Iterable[Request]) -> None:
+        self.clear()
+        for request in requests:
+            self._enqueue(request)
 
     def schedule(self) -> list[Request]:
         """Pop the next batch (empty when nothing waits)."""
         batch: list[Request] = []
         tokens = 0
-        while self.waiting and len(batch) < self.max_seqs:
-            n = self.waiting[0].num_tokens
-            if batch and tokens + n > self.max_tokens:
+        while self.tenants.order and len(batch) < self.max_seqs:
+            calls = self.tenants.queues[self.tenants.order[0]]  # the tenant whose turn it is
+            requests = calls.queues[calls.order[0]]  # its call whose turn it is
+            if batch and tokens + requests[0].num_tokens > self.max_tokens:
                 break
-            batch.append(self.waiting.popleft())
-            tokens += n
+            batch.append(requests.popleft())
+            tokens += batch[-1].num_tokens
+            calls.served(empty=not requests)
+            self.tenants.served(empty=not calls.order)
         batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding
         return batch
 
+    def drop(self, call_id: int | None) -> int:
+        """Remove the waiting requests of call ``call_id`` (a cancelled call); return how many."""
+        for tenant, calls in self.tenants.queues.items():
+            if call_id in calls.queues:
+                dropped = len(calls.remove(call_id))
+                if not calls.queues:
+                    self.tenants.remove(tenant)
+                return dropped
+        return 0
+
     def clear(self) -> None:
         """Drop every queued request (after a failure)."""
-        self.waiting.clear()
+        self.tenants = _Turns()

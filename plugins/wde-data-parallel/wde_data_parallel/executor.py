@@ -152,6 +152,10 @@ class DataParallelExecutor:
         for future, _ in failed:
             future.set_exception(ReplicaDiedError(message))
 
+    def healthy(self) -> bool:
+        """Whether a replica is left to take batches (``wde serve``'s readiness asks)."""
+        return any(replica.alive for replica in self.replicas)
+
     def shutdown(self) -> None:
         """Ask every live replica to stop and wait for it."""
         self._closing = True

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wde_server import __version__
 from wde_server.errors import install_error_handlers
+from wde_server.keys import KeyRing
 from wde_server.metrics import Metrics
 from wde_server.middleware import ServerMiddleware
 from wde_server.models import ModelSet, ServedModel, load_model, read_calibration
@@ -47,7 +48,9 @@ def create_app(models: Sequence[ServedModel | str | None] = (None,), options: Se
         yield
         await served.close()
 
-    app = FastAPI(title="wde", version=__version__, lifespan=lifespan,
+    keys = KeyRing.from_options(options.api_key, options.key_file)
+    # redirect_slashes=False: no 307 whose Location would echo the request's Host header
+    app = FastAPI(title="wde", version=__version__, lifespan=lifespan, redirect_slashes=False,
                   description="Embeddings, reranking and classification with wde: OpenAI, Cohere, Jina, TEI "
                               "and vLLM routes for every served model.")
     app.state.models, app.state.options, app.state.metrics = served, options, metrics
@@ -56,8 +59,20 @@ def create_app(models: Sequence[ServedModel | str | None] = (None,), options: Se
     for routes in (openai.router, cohere.router, tei.router):
         app.include_router(routes)
     add_service_routes(app)
-    app.add_middleware(ServerMiddleware, options=options, metrics=metrics)
+    app.add_middleware(ServerMiddleware, options=options, metrics=metrics, keys=keys,
+                       routes=frozenset(route_paths(app.routes)))
     return app
+
+
+def route_paths(routes) -> set[str]:
+    """The path templates of ``routes``, those of included routers too (the metrics' route labels)."""
+    paths = set()
+    for route in routes:
+        if hasattr(route, "path"):
+            paths.add(route.path)
+        elif hasattr(route, "original_router"):
+            paths |= route_paths(route.original_router.routes)
+    return paths
 
 
 async def start_models(models: ModelSet, options: ServerOptions, metrics: Metrics) -> None:
@@ -74,14 +89,20 @@ async def start_models(models: ModelSet, options: ServerOptions, metrics: Metric
 
 
 def add_service_routes(app: FastAPI) -> None:
-    """``/health`` and ``/metrics``."""
+    """``/live``, ``/ready`` (and its older name ``/health``) and ``/metrics``."""
 
+    @app.get("/live", tags=["service"])
+    async def live():
+        """200 while the server's event loop answers (liveness: restart the process when this fails)."""
+        return {"status": "live"}
+
+    @app.get("/ready", tags=["service"])
     @app.get("/health", tags=["service"])
-    async def health(request: Request):
-        """200 while every model's engine loop runs; 503 naming the models whose loop died."""
+    async def ready(request: Request):
+        """200 when every model can serve (readiness); 503 naming the models whose engine or executor died."""
         dead = request.app.state.models.dead()
         if dead:
-            return JSONResponse({"error": f"engine loop of {', '.join(dead)} died", "error_type": "Unhealthy"},
+            return JSONResponse({"error": f"engine of {', '.join(dead)} cannot serve", "error_type": "Unhealthy"},
                                 status_code=503)
         return {"status": "ok", "models": [m.name for m in request.app.state.models]}
 

@@ -7,12 +7,14 @@ the metrics.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from wde_core.plugin_api import Call, EmbedOptions, Request, TokenEmbedOptions, collect_embeddings
 from wde_server.errors import ApiError
+from wde_server.keys import retry_after
 from wde_server.models import ServedModel
 
 TRUNCATE = ("error", "end", "start")  # refuse an over-long input, cut its end, or cut its start
@@ -49,18 +51,89 @@ def is_small(inputs: Sequence[Any]) -> bool:
     return len(inputs) <= 4 and sum(len(x) for x in inputs) <= INLINE_CHARS
 
 
-async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *, inline: bool = False) -> Any:
-    """Prepare on the tokenizer thread (``inline``: on the loop), run batched with other callers, collect;
-    ``timing`` filled in. Bad input (``ValueError``/``TypeError`` while preparing) becomes a 400 naming it."""
+@dataclass
+class Limits:
+    """What one request may cost, checked once it is tokenized and before it is queued."""
+
+    max_tokens: int
+    max_floats: int
+    floats_per_token: int = 0  # /embed_all: the floats each token's vector adds to the response
+    key: Any = None  # the request's ApiKey, with its token quota
+    metrics: Any = None
+
+    def check(self, tokens: int) -> None:
+        """413 past ``--max-request-tokens`` or ``--max-output-floats``; 429 past the key's token quota."""
+        if tokens > self.max_tokens:
+            raise ApiError(413, f"the request has {tokens} tokens, more than the limit of {self.max_tokens} tokens "
+                                "a request (--max-request-tokens); split it")
+        if self.floats_per_token and tokens * self.floats_per_token > self.max_floats:
+            raise ApiError(413, f"the response would hold {tokens} tokens x {self.floats_per_token} floats, more "
+                                f"than the limit of {self.max_floats} floats a request (--max-output-floats); "
+                                "split the request")
+        if self.key is not None:
+            self.charge(tokens)
+
+    def charge(self, tokens: int) -> None:
+        """Take ``tokens`` from the key's per-minute token quota (429 with ``Retry-After`` when short)."""
+        quota = self.key.tokens_per_minute
+        if quota is not None and tokens > quota:
+            raise ApiError(429, f"the request has {tokens} tokens, more than key {self.key.name!r} may use in a "
+                                f"minute ({quota}); split it")
+        wait = self.key.wait("tokens_per_minute", tokens)
+        if wait:
+            raise ApiError(429, f"key {self.key.name!r} is over its quota of {quota} tokens a minute; retry after "
+                                "the time in Retry-After", headers={"retry-after": retry_after(wait)})
+        if self.metrics is not None:
+            self.metrics.key_tokens.labels(self.key.name).inc(tokens)
+
+
+def limits_for(request: Any, floats_per_token: int = 0) -> Limits:
+    """The limits of ``request`` (a Starlette request): the server's options and the request's key."""
+    options = request.app.state.options
+    return Limits(options.max_request_tokens, options.max_output_floats, floats_per_token,
+                  getattr(request.state, "key", None), request.app.state.metrics)
+
+
+async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *, inline: bool = False,
+              request: Any = None, floats_per_token: int = 0) -> Any:
+    """Prepare on the tokenizer thread (``inline``: on the loop), check the request's limits, run batched
+    with other callers (fairly, by API key name), collect; ``timing`` filled in. Bad input
+    (``ValueError``/``TypeError`` while preparing) becomes a 400 naming it. If the client disconnects or the
+    request's deadline passes first, the work is dropped (499 or 504)."""
+    limits = limits_for(request, floats_per_token) if request is not None else None
+    key = getattr(limits, "key", None)
+    submitted = asyncio.ensure_future(model.engine.submit(lambda: _timed(prepare, timing, limits), inline=inline,
+                                                          tenant=key.name if key is not None else None))
     try:
-        return await model.engine.submit(lambda: _timed(prepare, timing), inline=inline)
+        return await until_answered(submitted, request)
     except RuntimeError as exc:
         if model.alive():
             raise
         raise ApiError(503, f"model {model.name!r} cannot serve: {exc}", code="model_unavailable") from None
 
 
-def _timed(prepare: Callable[[], Call], timing: Timing) -> Call:
+async def until_answered(submitted: asyncio.Future, request: Any) -> Any:
+    """``submitted``'s result, unless the client goes away (499) or the deadline passes (504) first: then
+    ``submitted`` is cancelled, which drops its queued work and discards its share of batches in flight."""
+    if request is None:
+        return await submitted
+    deadline = getattr(request.state, "deadline", None)
+    gone = asyncio.ensure_future(request.receive())  # answers only when the client disconnects
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+    try:
+        done, _ = await asyncio.wait({submitted, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if submitted in done:
+        return submitted.result()
+    submitted.cancel()
+    if gone in done:
+        raise ApiError(499, "the client closed the connection; the request's work was dropped")
+    raise ApiError(504, "the request's deadline passed (X-Request-Timeout or --request-timeout); its work was "
+                        "dropped", code="deadline_exceeded")
+
+
+def _timed(prepare: Callable[[], Call], timing: Timing, limits: Limits | None = None) -> Call:
     began = time.perf_counter()
     try:
         call = prepare()
@@ -72,6 +145,8 @@ def _timed(prepare: Callable[[], Call], timing: Timing) -> Call:
     timing.tokenize = prepared - began
     timing.tokens = sum(r.num_tokens for r in call.requests)
     timing.requests = len(call.requests)
+    if limits is not None:
+        limits.check(timing.tokens)
     requests = call.requests
 
     def collect(results: list[Any]) -> Any:

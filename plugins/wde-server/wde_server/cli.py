@@ -23,6 +23,22 @@ from wde_core.plugin_api import parse_engine_args
               help="Largest request body in bytes (more: 413).")
 @click.option("--max-concurrent-requests", default=512, show_default=True, type=int,
               help="Inference requests served at once (more: 429 with Retry-After).")
+@click.option("--max-request-tokens", default=131_072, show_default=True, type=int,
+              help="Most tokens in one request, all its inputs together (more: 413).")
+@click.option("--max-output-floats", default=4_194_304, show_default=True, type=int,
+              help="Most floats in one /embed_all response: tokens x dimensions (more: 413).")
+@click.option("--request-timeout", default=None, type=float,
+              help="Seconds a request may take before it is dropped (504); a request's X-Request-Timeout header "
+                   "may ask for less. Default: no deadline.")
+@click.option("--header-timeout", default=10.0, show_default=True, type=float,
+              help="Seconds a connection may take to send its request headers (then it is closed).")
+@click.option("--body-timeout", default=30.0, show_default=True, type=float,
+              help="Seconds a request may take to send its body (then 408).")
+@click.option("--graceful-timeout", default=30.0, show_default=True, type=float,
+              help="Seconds SIGTERM waits for requests in flight before the server exits anyway.")
+@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help='JSON {"keys": [{"name", "key", "requests_per_minute", "tokens_per_minute"}]}: named keys, '
+                   "each with its own limits.")
 @click.option("--api-key", envvar="WDE_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' on every inference route (env WDE_API_KEY).")
 @click.option("--protect-all", is_flag=True, help="Also require the key on /health, /metrics and /docs.")
@@ -36,35 +52,35 @@ from wde_core.plugin_api import parse_engine_args
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1), help="With --ray: replicas.")
 @click.option("--address", default=None, help="With --ray: the Ray cluster to join (default: RAY_ADDRESS, else a "
                                               "local Ray).")
-def serve(models, host, port, names, engine_args, max_client_batch_size, payload_limit, max_concurrent_requests,
-          api_key, protect_all, auto_truncate, calibration, log_level, on_ray, replicas, address) -> None:
+def serve(models, host, port, names, engine_args, log_level, on_ray, replicas, address, **limits) -> None:
     """Serve MODELS (default: the embedded default model) over HTTP: OpenAI, Cohere, Jina, TEI and vLLM
     routes; a request's `model` field (TEI routes: ?model=) picks the model. Docs at /docs."""
     import uvicorn
 
     from wde_server.app import create_app
     from wde_server.options import ServerOptions
+    from wde_server.process import protocol_with_header_timeout, tune_allocator
 
     if len(names) > max(len(models), 1):
         raise click.BadParameter(f"{len(names)} names for {max(len(models), 1)} model(s)",
                                  param_hint="--served-model-name")
     try:
-        options = ServerOptions(max_client_batch_size=max_client_batch_size, payload_limit=payload_limit,
-                                max_concurrent_requests=max_concurrent_requests, api_key=api_key,
-                                protect_all=protect_all, auto_truncate=auto_truncate, calibration=calibration)
+        options = ServerOptions(**limits)
         if on_ray or replicas > 1 or address:
             return serve_on_ray(models, names, options, parse_engine_args(engine_args), on_ray=on_ray,
                                 replicas=replicas, address=address, host=host, port=port)
+        applied = tune_allocator()  # before the engines' threads start
         app = create_app(list(models) or [None], options, served_model_names=names,
                          **parse_engine_args(engine_args))
+        app.state.allocator = applied
     except (LookupError, ValueError, TypeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     # uvicorn re-raises the signal that stopped it once it has drained; a handler that ignores the
     # re-raised signal lets the command exit 0 after a graceful stop
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda *_: None)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=None,
-                limit_concurrency=None, access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=options.graceful_timeout,
+                limit_concurrency=None, access_log=False, http=protocol_with_header_timeout(options.header_timeout))
 
 
 def serve_on_ray(models, names, options, engine_args, *, on_ray, replicas, address, host, port) -> None:

@@ -18,6 +18,11 @@ class Metrics:
                                 registry=r)
         self.failures = Counter("wde_request_failures", "Failed requests by error type", ["model", "error_type"],
                                 registry=r)
+        self.cancelled = Counter("wde_requests_cancelled", "Requests whose work was dropped: client gone or "
+                                 "deadline passed", ["model", "reason"], registry=r)
+        self.key_requests = Counter("wde_key_requests", "Requests by API key name and status", ["key_name", "status"],
+                                    registry=r)
+        self.key_tokens = Counter("wde_key_tokens", "Tokens computed by API key name", ["key_name"], registry=r)
         self.in_flight = Gauge("wde_requests_in_flight", "Inference requests being served", registry=r)
         self.queue_size = Gauge("wde_queue_size", "Requests waiting in the engine's scheduler", ["model"],
                                 registry=r)
@@ -38,7 +43,7 @@ class Metrics:
             tokens.observe(sum(r.num_tokens for r in batch))
 
         model.sync.batch_listeners.append(on_batch)
-        self.queue_size.labels(model.name).set_function(lambda: len(model.sync.scheduler.waiting))
+        self.queue_size.labels(model.name).set_function(lambda: model.sync.scheduler.num_waiting())
 
     def observe(self, model: str, timing) -> None:
         """Record one served request's token count and phase durations."""

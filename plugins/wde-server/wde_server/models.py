@@ -53,8 +53,9 @@ class ServedModel:
                                 f"not serve; its routes: {', '.join(self.routes)}", param="model")
 
     def alive(self) -> bool:
-        """Whether this model's engine loop still runs."""
-        return self.engine.is_alive()
+        """Whether this model can serve: its engine loop runs and its executor (if it can tell) is healthy."""
+        healthy = getattr(self.sync.executor, "healthy", None)
+        return self.engine.is_alive() and (healthy is None or healthy())
 
     async def calibrate(self, texts: Sequence[str]) -> None:
         """Per-dimension ranges for int8/uint8 output, from the embeddings of ``texts``."""

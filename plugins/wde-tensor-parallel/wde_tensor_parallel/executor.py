@@ -201,6 +201,10 @@ class TensorParallelExecutor:
         self._stop_ranks(wait=False)
         shutil.rmtree(self._store, ignore_errors=True)
 
+    def healthy(self) -> bool:
+        """Whether the executor still takes batches (no rank has died)."""
+        return self.failure is None
+
     def shutdown(self) -> None:
         """Ask every rank to stop and wait for it; remove the rendezvous store."""
         self._closing = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
 from wde_server.calls import Timing
@@ -70,3 +70,16 @@ def prompt_for(model: ServedModel, prompt_name: str | None, field: str = "prompt
         known = ", ".join(sorted(model.settings.prompts)) or "none"
         raise ApiError(400, f"{field}: {prompt_name!r} is not among the model's prompts ({known})", param=field)
     return prompt_name
+
+
+def stream_arrays(request: Request, arrays: Sequence[Any], timing: Timing, model: ServedModel) -> StreamingResponse:
+    """A JSON list of arrays (``/embed_all``'s token vectors), written one array at a time: the response is
+    never held whole in memory."""
+    request.app.state.metrics.observe(model.name, timing)
+
+    def chunks():
+        for i, array in enumerate(arrays):
+            yield ("[" if i == 0 else ",") + _dumps(array.tolist())
+        yield "]" if arrays else "[]"
+
+    return StreamingResponse(chunks(), media_type="application/json", headers=timing.headers())

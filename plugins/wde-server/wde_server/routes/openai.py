@@ -30,7 +30,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     policy = "end" if request.app.state.options.auto_truncate else "error"
     prepare = embed_call(model, inputs, truncate=policy, field_name="input",
                          options=EmbedOptions(dimensions=body.dimensions))
-    vectors = await run(model, prepare, timing, inline=is_small(inputs))
+    vectors = await run(model, prepare, timing, inline=is_small(inputs), request=request)
     encode = to_base64 if body.encoding_format == "base64" else np.ndarray.tolist
     data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)
@@ -54,9 +54,9 @@ async def score(body: ScoreRequest, request: Request):
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
     if model.task == "embed":
-        scores = await cosine_scores(model, pairs, "error" if not truncate else "end", timing)
+        scores = await cosine_scores(model, pairs, "error" if not truncate else "end", timing, request)
     else:
-        scores = await run(model, score_call(model, pairs, truncate=truncate), timing)
+        scores = await run(model, score_call(model, pairs, truncate=truncate), timing, request=request)
     data = [ScoreData(index=i, score=float(s)) for i, s in enumerate(scores)]
     return answer(request, ScoreResponse(id=f"score-{uuid.uuid4().hex}", created=int(time.time()), model=model.name,
                                          data=data, usage=Usage(prompt_tokens=timing.tokens,
@@ -74,11 +74,13 @@ def score_pairs(text_1: str | list[str], text_2: str | list[str]) -> list[tuple[
     return list(zip(firsts, seconds))
 
 
-async def cosine_scores(model, pairs: list[tuple[str, str]], policy: str, timing: Timing) -> np.ndarray:
+async def cosine_scores(model, pairs: list[tuple[str, str]], policy: str, timing: Timing,
+                        request: Request) -> np.ndarray:
     """Cosine similarity of each pair's embeddings (normalized), computed in one call."""
     texts = [q for q, _ in pairs] + [d for _, d in pairs]
     vectors = await run(model, embed_call(model, texts, truncate=policy, field_name="text_2",
-                                          options=EmbedOptions(normalize=True)), timing)
+                                          options=EmbedOptions(normalize=True)), timing,
+                        request=request)
     n = len(pairs)
     return np.einsum("ij,ij->i", vectors[:n], vectors[n:])
 
@@ -91,7 +93,7 @@ async def classify(body: ClassifyRequest, request: Request):
     check_batch(request, texts, "input")
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
-    results = await run(model, classify_call(model, texts, truncate=truncate), timing)
+    results = await run(model, classify_call(model, texts, truncate=truncate), timing, request=request)
     data = []
     for i, probs in enumerate(results):
         labels = list(probs)

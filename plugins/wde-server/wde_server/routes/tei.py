@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, classify_call, embed_call, is_small, run, token_embed_call
 from wde_server.errors import ApiError
-from wde_server.routes.common import answer, as_list, check_batch, model_for, prompt_for, truncation
+from wde_server.routes.common import (answer, as_list, check_batch, model_for, prompt_for, stream_arrays,
+                                      truncation)
 from wde_server.schemas.tei import (SparseValue, TeiDecodeRequest, TeiEmbedAllRequest, TeiEmbedRequest, TeiInfo,
                                     TeiPrediction, TeiPredictRequest, TeiRank, TeiRerankRequest,
                                     TeiSimilarityRequest, TeiSparseRequest, TeiToken, TeiTokenizeRequest)
@@ -28,7 +31,7 @@ async def embed(body: TeiEmbedRequest, request: Request, model: str | None = Non
                          field_name="inputs",
                          options=EmbedOptions(normalize=body.normalize, dimensions=body.dimensions),
                          prompt_name=prompt_for(served, body.prompt_name))
-    vectors = await run(served, prepare, timing, inline=is_small(inputs))
+    vectors = await run(served, prepare, timing, inline=is_small(inputs), request=request)
     return answer(request, vectors.tolist(), timing, served)
 
 
@@ -42,7 +45,7 @@ async def embed_sparse(body: TeiSparseRequest, request: Request, model: str | No
     prepare = embed_call(served, inputs, truncate=truncation(body.truncate, body.truncation_direction, request),
                          field_name="inputs", options=EmbedOptions(output=("sparse",)),
                          prompt_name=prompt_for(served, body.prompt_name), output="sparse")
-    weights = await run(served, prepare, timing)
+    weights = await run(served, prepare, timing, request=request)
     body_out = [[{"index": int(k), "value": float(v)} for k, v in sorted(w.items())] for w in weights]
     return answer(request, body_out, timing, served)
 
@@ -62,8 +65,8 @@ async def embed_all(body: TeiEmbedAllRequest, request: Request, model: str | Non
     else:
         prepare = token_embed_call(served, inputs, truncate=policy, field_name="inputs",
                                    normalize=body.normalize, prompt_name=prompt_name)
-    vectors = await run(served, prepare, timing)
-    return answer(request, [v.tolist() for v in vectors], timing, served)
+    vectors = await run(served, prepare, timing, request=request, floats_per_token=served.hidden_size)
+    return stream_arrays(request, vectors, timing, served)
 
 
 @router.post("/rerank", response_model=list[TeiRank])
@@ -74,7 +77,7 @@ async def rerank(body: TeiRerankRequest, request: Request, model: str | None = N
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
     ranked = await run(served, lambda: served.sync.prepare("rerank", body.query, body.texts, raw_scores=body.raw_scores,
-                                                           truncate=truncate), timing)
+                                                           truncate=truncate), timing, request=request)
     out = [TeiRank(index=r["index"], score=r["score"], text=body.texts[r["index"]] if body.return_text else None)
            for r in ranked]
     return answer(request, [r.model_dump(exclude_none=True) for r in out], timing, served)
@@ -88,7 +91,8 @@ async def predict(body: TeiPredictRequest, request: Request, model: str | None =
     check_batch(request, inputs, "inputs", 422)
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
-    results = await run(served, classify_call(served, inputs, truncate=truncate, raw_scores=body.raw_scores), timing)
+    results = await run(served, classify_call(served, inputs, truncate=truncate, raw_scores=body.raw_scores), timing,
+                        request=request)
     ranked = [sorted(({"label": k, "score": float(v)} for k, v in r.items()), key=lambda x: -x["score"])
               for r in results]
     return answer(request, ranked[0] if single else ranked, timing, served)
@@ -123,23 +127,33 @@ async def similarity(body: TeiSimilarityRequest, request: Request, model: str | 
                          truncate=truncation(body.truncate, body.truncation_direction, request),
                          field_name="inputs.sentences", options=EmbedOptions(normalize=True),
                          prompt_name=prompt_for(served, body.prompt_name))
-    vectors = await run(served, prepare, timing)
+    vectors = await run(served, prepare, timing, request=request)
     return answer(request, (vectors[1:] @ vectors[0]).astype(np.float32).tolist(), timing, served)
 
 
 @router.post("/tokenize", response_model=list[list[TeiToken]])
-def tokenize(body: TeiTokenizeRequest, request: Request, model: str | None = None):
-    """Tokens of each input: id, text, whether special, and character offsets."""
+async def tokenize(body: TeiTokenizeRequest, request: Request, model: str | None = None):
+    """Tokens of each input: id, text, whether special, and character offsets (off the event loop; the
+    request's tokens count against ``--max-request-tokens`` as an inference request's do)."""
     served = model_for(request, model, "/tokenize")
     texts = as_list(body.inputs)
     check_batch(request, texts, "inputs", 422)
     prompt = served.settings.prompts[prompt_for(served, body.prompt_name)] if body.prompt_name else ""
-    tokenizer, special = served.hf_tokenizer, set(served.hf_tokenizer.all_special_ids)
-    encoded = tokenizer([prompt + t for t in texts], add_special_tokens=body.add_special_tokens,
-                        return_offsets_mapping=True)
-    out = []
+    encoded = await asyncio.to_thread(served.hf_tokenizer, [prompt + t for t in texts],
+                                      add_special_tokens=body.add_special_tokens, return_offsets_mapping=True)
+    tokens = sum(len(ids) for ids in encoded["input_ids"])
+    limit = request.app.state.options.max_request_tokens
+    if tokens > limit:
+        raise ApiError(413, f"inputs: {tokens} tokens, more than the limit of {limit} tokens a request "
+                            "(--max-request-tokens); split the request", param="inputs")
+    return await asyncio.to_thread(token_table, served, encoded)
+
+
+def token_table(served, encoded) -> list[list[dict]]:
+    """``/tokenize``'s answer from the tokenizer's ids and offsets."""
+    special, out = set(served.hf_tokenizer.all_special_ids), []
     for ids, offsets in zip(encoded["input_ids"], encoded["offset_mapping"]):
-        pieces = tokenizer.convert_ids_to_tokens(ids)
+        pieces = served.hf_tokenizer.convert_ids_to_tokens(ids)
         out.append([{"id": i, "text": p, "special": i in special, "start": None if i in special else s,
                      "stop": None if i in special else e} for i, p, (s, e) in zip(ids, pieces, offsets)])
     return out
