@@ -1,5 +1,6 @@
-"""Fair scheduling and cancellation: the scheduler takes turns between tenants and calls (one call batches
-exactly as first come, first served did), and a cancelled ``AsyncEngine`` caller's work is dropped."""
+"""Fair scheduling and cancellation: the scheduler takes turns of a quantum of tokens between tenants and
+calls (one call batches exactly as first come, first served did), and a cancelled ``AsyncEngine`` caller's
+work is dropped."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from conftest import wiki_paragraphs
 from wde_core import AsyncEngine, Engine
 from wde_core.request import Request
-from wde_core.stages.scheduler import TokenBudgetScheduler
+from wde_core.stages.scheduler import CALL_QUANTUM, TENANT_QUANTUM, TokenBudgetScheduler
 from wde_core.tasks import Call
 
 
@@ -65,43 +66,52 @@ def test_one_call_is_batched_exactly_as_first_come_first_served(seed):
     assert s.num_waiting() == 0 and s.schedule() == []
 
 
-def test_calls_take_turns_one_request_each():
-    s = scheduler(1000, max_seqs=5)
-    s.add(requests([10] * 6, call_id=0))
-    s.add(requests([10] * 6, call_id=1))
-    s.add(requests([10] * 2, call_id=2))
+def test_calls_take_turns_of_a_quantum_of_tokens():
+    s = scheduler(10_000, max_seqs=5)  # CALL_QUANTUM-token requests: one request a turn
+    s.add(requests([CALL_QUANTUM] * 6, call_id=0))
+    s.add(requests([CALL_QUANTUM] * 6, call_id=1))
+    s.add(requests([CALL_QUANTUM] * 2, call_id=2))
     assert [r.call_id for r in s.schedule()] == [0, 1, 2, 0, 1]  # equal lengths: the sort keeps the turns
     assert [r.call_id for r in s.schedule()] == [2, 0, 1, 0, 1]
 
 
 def test_tenants_take_turns_then_their_calls():
-    s = scheduler(1000, max_seqs=8)
+    s = scheduler(100_000, max_seqs=8)  # TENANT_QUANTUM-token requests: one request a turn
     for call_id in (0, 1, 2):  # tenant "a" sends three calls, "b" one, the anonymous tenant one
-        s.add(requests([10] * 4, call_id=call_id, tenant="a"))
-    s.add(requests([10] * 4, call_id=3, tenant="b"))
-    s.add(requests([10] * 4, call_id=4))
+        s.add(requests([TENANT_QUANTUM] * 4, call_id=call_id, tenant="a"))
+    s.add(requests([TENANT_QUANTUM] * 4, call_id=3, tenant="b"))
+    s.add(requests([TENANT_QUANTUM] * 4, call_id=4))
     batch = s.schedule()
     assert [(r.tenant, r.call_id) for r in batch] == [("a", 0), ("b", 3), (None, 4), ("a", 1), ("b", 3),
                                                       (None, 4), ("a", 2), ("b", 3)]
 
 
+def test_a_tenant_of_many_short_requests_gets_its_share_of_tokens_not_of_requests():
+    s = scheduler(4 * TENANT_QUANTUM)
+    s.add(requests([TENANT_QUANTUM] * 8, call_id=0, tenant="bulk"))
+    s.add(requests([8] * 400, call_id=1, tenant="interactive"))
+    batch = s.schedule()
+    tokens = {tenant: sum(r.num_tokens for r in batch if r.tenant == tenant) for tenant in ("bulk", "interactive")}
+    assert tokens == {"bulk": 2 * TENANT_QUANTUM, "interactive": 2 * TENANT_QUANTUM}  # one request a turn: 16 tokens
+
+
 def test_a_new_call_joins_the_very_next_batch_while_big_calls_are_queued():
-    s = scheduler(100, max_seqs=8)
+    s = scheduler(1000, max_seqs=8)
     for call_id in range(3):
-        s.add(requests([50] * 10, call_id=call_id))
-    # two 50-token requests fill a batch; first come, first served would run all 30 before anything added now
+        s.add(requests([500] * 10, call_id=call_id))
+    # two 500-token requests fill a batch; first come, first served would run all 30 before anything added now
     assert [[r.call_id for r in s.schedule()] for _ in range(2)] == [[0, 1], [2, 0]]
     s.add(requests([2, 2], call_id=9))  # not served yet: ahead of every call already served
-    assert [[r.call_id for r in s.schedule()] for _ in range(3)] == [[1, 9], [2, 0], [1, 9]]
-    assert s.num_waiting() == 30 - 8 and all(r.call_id != 9 for b in drain(s) for r in b)
+    assert [[r.call_id for r in s.schedule()] for _ in range(2)] == [[1, 9, 9], [2, 0]]
+    assert s.num_waiting() == 30 - 7 and all(r.call_id != 9 for b in drain(s) for r in b)
 
 
 def test_calls_not_served_yet_keep_their_arrival_order():
-    s = scheduler(10, max_seqs=8)  # one 10-token request a batch
-    s.add(requests([10] * 3, call_id=0))
+    s = scheduler(200, max_seqs=8)  # one 200-token request a batch
+    s.add(requests([200] * 3, call_id=0))
     assert [r.call_id for r in s.schedule()] == [0]
     for call_id in (1, 2, 3):
-        s.add(requests([10], call_id=call_id))
+        s.add(requests([200], call_id=call_id))
     assert [r.call_id for b in drain(s) for r in b] == [1, 2, 3, 0, 0]
 
 
@@ -126,10 +136,10 @@ def test_batches_stay_within_bounds_and_each_call_keeps_its_order():
 
 
 def test_drop_removes_only_that_calls_waiting_requests():
-    s = scheduler(1000, max_seqs=2)
-    s.add(requests([5] * 4, call_id=0, tenant="a"))
-    s.add(requests([5] * 3, call_id=1, tenant="b"))
-    s.add(requests([5] * 2, call_id=2, tenant="a"))
+    s = scheduler(5000, max_seqs=2)  # TENANT_QUANTUM-token requests: one a turn
+    s.add(requests([TENANT_QUANTUM] * 4, call_id=0, tenant="a"))
+    s.add(requests([TENANT_QUANTUM] * 3, call_id=1, tenant="b"))
+    s.add(requests([TENANT_QUANTUM] * 2, call_id=2, tenant="a"))
     assert [r.call_id for r in s.schedule()] == [0, 1]
     assert s.drop(1) == 2 and s.drop(1) == 0 and s.drop(42) == 0
     assert s.num_waiting() == 5

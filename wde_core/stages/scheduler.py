@@ -7,14 +7,18 @@ from typing import Any, Callable, Iterable
 
 from wde_core.request import Request
 
+TENANT_QUANTUM, CALL_QUANTUM = 512, 128  # tokens a tenant, and a call within it, take in one turn
+
 
 class _Turns:
-    """Keyed queues taking turns: a new key joins after the keys not served yet, ahead of those served."""
+    """Keyed queues taking turns of ``quantum`` tokens: a new key joins after the keys not served yet, ahead
+    of those served."""
 
-    def __init__(self) -> None:
+    def __init__(self, quantum: int) -> None:
         self.queues: dict[Any, Any] = {}
         self.order: deque = deque()
-        self.unserved = 0
+        self.unserved = self.used = 0
+        self.quantum = quantum
 
     def queue(self, key: Any, make: Callable[[], Any]) -> Any:
         """The queue under ``key``, made and put in line when new."""
@@ -24,9 +28,12 @@ class _Turns:
             self.unserved += 1
         return self.queues[key]
 
-    def served(self, *, empty: bool) -> None:
-        """The head had its turn: it goes to the back of the line, or out of it when ``empty``."""
-        key = self.order.popleft()
+    def took(self, tokens: int, *, empty: bool) -> None:
+        """The head took ``tokens``; after a quantum (or when ``empty``) it goes to the back of the line (or out)."""
+        self.used += tokens
+        if not empty and self.used < self.quantum:
+            return
+        key, self.used = self.order.popleft(), 0
         self.unserved = max(0, self.unserved - 1)
         if empty:
             del self.queues[key]
@@ -35,23 +42,26 @@ class _Turns:
 
     def remove(self, key: Any) -> Any:
         """Take ``key``'s queue out of the line and return it."""
-        self.unserved -= self.order.index(key) < self.unserved
+        position = self.order.index(key)
+        self.unserved -= position < self.unserved
+        self.used = self.used if position else 0
         self.order.remove(key)
         return self.queues.pop(key)
 
 
 class TokenBudgetScheduler:
     """Each batch holds at most ``max_num_batched_tokens`` tokens and ``max_num_seqs`` sequences, taken in
-    turns: round-robin over tenants (``Request.tenant``), within a tenant over calls (``Request.call_id``),
-    one request per turn, so a small call is not stuck behind big ones; a call not served yet goes ahead of
-    those already served. A call's requests are queued longest first, and each batch is put longest first,
-    so equal lengths sit side by side and attention pads little. With one call this is first come, first
-    served."""
+    turns: round-robin over tenants (``Request.tenant``), each turn up to ``TENANT_QUANTUM`` tokens, and
+    within a tenant over calls (``Request.call_id``), each turn up to ``CALL_QUANTUM`` tokens (a turn takes
+    at least one request), so a small call is not stuck behind big ones, however many requests they hold;
+    a call not served yet goes ahead of those already served. A call's requests are queued longest first,
+    and each batch is put longest first, so equal lengths sit side by side and attention pads little. With
+    one call this is first come, first served."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
         self.max_seqs = pipeline.args.max_num_seqs
-        self.tenants = _Turns()
+        self.tenants = _Turns(TENANT_QUANTUM)
 
     def add(self, requests: Iterable[Request]) -> None:
         """Queue tokenized requests, longest first within this call."""
@@ -62,7 +72,7 @@ class TokenBudgetScheduler:
             self._enqueue(request)
 
     def _enqueue(self, request: Request) -> None:
-        self.tenants.queue(request.tenant, _Turns).queue(request.call_id, deque).append(request)
+        self.tenants.queue(request.tenant, lambda: _Turns(CALL_QUANTUM)).queue(request.call_id, deque).append(request)
 
     def has_waiting(self) -> bool:
         """Whether requests are queued."""
@@ -71,17 +81,6 @@ class TokenBudgetScheduler:
     def num_waiting(self) -> int:
         """How many requests are queued."""
         return sum(len(requests) for calls in self.tenants.queues.values() for requests in calls.queues.values())
-
-    @property
-    def waiting(self) -> list[Request]:
-        """Every queued request, call by call (a copy); assigning a sequence re-queues it in that order."""
-        return [r for calls in self.tenants.queues.values() for requests in calls.queues.values() for r in requests]
-
-    @waiting.setter
-    def waiting(self, requests: Iterable[Request]) -> None:
-        self.clear()
-        for request in requests:
-            self._enqueue(request)
 
     def schedule(self) -> list[Request]:
         """Pop the next batch (empty when nothing waits)."""
@@ -94,8 +93,8 @@ class TokenBudgetScheduler:
                 break
             batch.append(requests.popleft())
             tokens += batch[-1].num_tokens
-            calls.served(empty=not requests)
-            self.tenants.served(empty=not calls.order)
+            calls.took(batch[-1].num_tokens, empty=not requests)
+            self.tenants.took(batch[-1].num_tokens, empty=not calls.order)
         batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding
         return batch
 
@@ -111,4 +110,4 @@ class TokenBudgetScheduler:
 
     def clear(self) -> None:
         """Drop every queued request (after a failure)."""
-        self.tenants = _Turns()
+        self.tenants = _Turns(TENANT_QUANTUM)

@@ -94,16 +94,16 @@ def limits_for(request: Any, floats_per_token: int = 0) -> Limits:
                   getattr(request.state, "key", None), request.app.state.metrics)
 
 
-async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *, inline: bool = False,
-              request: Any = None, floats_per_token: int = 0) -> Any:
+async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *, request: Any, inline: bool = False,
+              floats_per_token: int = 0) -> Any:
     """Prepare on the tokenizer thread (``inline``: on the loop), check the request's limits, run batched
     with other callers (fairly, by API key name), collect; ``timing`` filled in. Bad input
     (``ValueError``/``TypeError`` while preparing) becomes a 400 naming it. If the client disconnects or the
     request's deadline passes first, the work is dropped (499 or 504)."""
-    limits = limits_for(request, floats_per_token) if request is not None else None
-    key = getattr(limits, "key", None)
+    limits = limits_for(request, floats_per_token)
+    tenant = limits.key.name if limits.key is not None else None
     submitted = asyncio.ensure_future(model.engine.submit(lambda: _timed(prepare, timing, limits), inline=inline,
-                                                          tenant=key.name if key is not None else None))
+                                                          tenant=tenant))
     try:
         return await until_answered(submitted, request)
     except RuntimeError as exc:
@@ -115,8 +115,6 @@ async def run(model: ServedModel, prepare: Callable[[], Call], timing: Timing, *
 async def until_answered(submitted: asyncio.Future, request: Any) -> Any:
     """``submitted``'s result, unless the client goes away (499) or the deadline passes (504) first: then
     ``submitted`` is cancelled, which drops its queued work and discards its share of batches in flight."""
-    if request is None:
-        return await submitted
     deadline = getattr(request.state, "deadline", None)
     gone = asyncio.ensure_future(request.receive())  # answers only when the client disconnects
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -133,7 +131,7 @@ async def until_answered(submitted: asyncio.Future, request: Any) -> Any:
                         "dropped", code="deadline_exceeded")
 
 
-def _timed(prepare: Callable[[], Call], timing: Timing, limits: Limits | None = None) -> Call:
+def _timed(prepare: Callable[[], Call], timing: Timing, limits: Limits) -> Call:
     began = time.perf_counter()
     try:
         call = prepare()
@@ -145,8 +143,7 @@ def _timed(prepare: Callable[[], Call], timing: Timing, limits: Limits | None = 
     timing.tokenize = prepared - began
     timing.tokens = sum(r.num_tokens for r in call.requests)
     timing.requests = len(call.requests)
-    if limits is not None:
-        limits.check(timing.tokens)
+    limits.check(timing.tokens)
     requests = call.requests
 
     def collect(results: list[Any]) -> Any:

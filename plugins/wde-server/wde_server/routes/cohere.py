@@ -36,6 +36,7 @@ async def embed(body: CohereEmbedRequest, request: Request):
     """Embed texts (Cohere embed v2): float, base64, int8/uint8 (calibrated) and binary/ubinary types."""
     model = model_for(request, body.model, "/v2/embed")
     check_batch(request, body.texts, "texts")
+    check_output_dimension(model, body.output_dimension)
     if {"int8", "uint8"} & set(body.embedding_types) and model.ranges is None:
         raise ApiError(400, "embedding_types: int8 and uint8 need calibration ranges; start the server with "
                             "--calibration FILE (texts like the ones you will embed) to enable them",
@@ -44,10 +45,17 @@ async def embed(body: CohereEmbedRequest, request: Request):
     prepare = embed_call(model, body.texts, truncate=TRUNCATE[body.truncate], field_name="texts",
                          options=EmbedOptions(dimensions=body.output_dimension),
                          prompt_name=prompt_for_input_type(model, body.input_type))
-    vectors = await run(model, prepare, timing, inline=is_small(body.texts))
+    vectors = await run(model, prepare, timing, inline=is_small(body.texts), request=request)
     response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=by_type(vectors, body.embedding_types, model.ranges),
                                    texts=body.texts, meta=Meta(billed_units=BilledUnits(input_tokens=timing.tokens)))
     return answer(request, response, timing, model)
+
+
+def check_output_dimension(model: ServedModel, dimension: int | None) -> None:
+    """Refuse an ``output_dimension`` larger than the model's embeddings (400 naming ``output_dimension``)."""
+    if dimension is not None and model.hidden_size is not None and dimension > model.hidden_size:
+        raise ApiError(400, f"output_dimension: {dimension} exceeds the model's embedding size {model.hidden_size}",
+                       param="output_dimension")
 
 
 @router.post("/v1/rerank", response_model=RerankResponse)
@@ -75,7 +83,7 @@ async def rerank(body: RerankRequest, request: Request, route: str):
                                                                   for d in documents]
         return model.sync.prepare("rerank", body.query, cut, top_n=body.top_n, truncate=True)
 
-    ranked = await run(model, prepare, timing)
+    ranked = await run(model, prepare, timing, request=request)
     results = [RerankResult(index=r["index"], relevance_score=r["score"],
                             document={"text": documents[r["index"]]} if body.return_documents else None)
                for r in ranked]

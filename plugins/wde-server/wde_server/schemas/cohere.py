@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
-from pydantic import Field, StrictStr
+from pydantic import Field
 
-from wde_server.schemas import Open, Strict
+from wde_server.schemas import Open, Strict, Text
+from wde_server.schemas.unions import one_of
 
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 
@@ -14,8 +15,8 @@ EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 class CohereEmbedRequest(Strict):
     """``POST /v2/embed``."""
 
-    model: str | None = None
-    texts: list[StrictStr]
+    model: Text | None = None
+    texts: list[Text]
     input_type: Literal["search_document", "search_query", "classification", "clustering"] | None = None
     embedding_types: list[EmbeddingType] = Field(default_factory=lambda: ["float"])
     output_dimension: int | None = Field(default=None, ge=1)
@@ -49,15 +50,18 @@ class CohereEmbedResponse(Open):
 class DocumentText(Strict):
     """A document given as an object (Cohere v1, Jina)."""
 
-    text: StrictStr
+    text: Text
+
+
+Document = one_of((Text, "a string"), (DocumentText, 'an object {"text": ...}'))
 
 
 class RerankRequest(Strict):
     """``POST /v1/rerank`` and ``/v2/rerank`` (Cohere v2 and Jina shapes)."""
 
-    model: str | None = None
-    query: StrictStr
-    documents: list[Union[StrictStr, DocumentText]]
+    model: Text | None = None
+    query: Text
+    documents: list[Document]
     top_n: int | None = Field(default=None, ge=1)
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(default=None, ge=1)

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
-from pydantic import Field, StrictStr
+from pydantic import Field
 
-from wde_server.schemas import Open, Strict
-
-TokenIds = list[int]
-EmbeddingInput = Union[StrictStr, list[StrictStr], TokenIds, list[TokenIds]]
+from wde_server.schemas import Open, Strict, Text, Texts, TokenInputs
 
 
 class EmbeddingRequest(Strict):
     """``POST /v1/embeddings``: a string, strings, a token-id list or lists of them."""
 
-    input: EmbeddingInput
-    model: str | None = None
+    input: TokenInputs
+    model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
-    user: str | None = None
+    user: Text | None = None
 
 
 class Embedding(Open):
@@ -67,9 +64,9 @@ class ModelList(Open):
 class ScoreRequest(Strict):
     """vLLM ``POST /score``: one ``text_1`` against every ``text_2`` (1-to-N), or pairwise (N-to-N)."""
 
-    model: str | None = None
-    text_1: StrictStr | list[StrictStr]
-    text_2: StrictStr | list[StrictStr]
+    model: Text | None = None
+    text_1: Texts
+    text_2: Texts
     truncate: bool | None = None
 
 
@@ -95,8 +92,8 @@ class ScoreResponse(Open):
 class ClassifyRequest(Strict):
     """vLLM ``POST /classify``: texts to label."""
 
-    model: str | None = None
-    input: StrictStr | list[StrictStr]
+    model: Text | None = None
+    input: Texts
     truncate: bool | None = None
 
 

@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
-from pydantic import Field, StrictStr
+from pydantic import Field
 
-from wde_server.schemas import Open, Strict
+from wde_server.schemas import Open, Strict, Text, Texts, TokenIds, TokenInputs
+from wde_server.schemas.unions import one_of
 
-Inputs = Union[StrictStr, list[StrictStr], list[int], list[list[int]]]
 Direction = Literal["Left", "Right", "left", "right"]
 
 
 class TeiEmbedRequest(Strict):
     """``POST /embed`` (and, without ``normalize``/``dimensions``, ``/embed_sparse``)."""
 
-    inputs: Inputs
+    inputs: TokenInputs
     normalize: bool = True
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
-    prompt_name: str | None = None
+    prompt_name: Text | None = None
     dimensions: int | None = Field(default=None, ge=1)
 
 
 class TeiSparseRequest(Strict):
     """``POST /embed_sparse``."""
 
-    inputs: Inputs
+    inputs: TokenInputs
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
-    prompt_name: str | None = None
+    prompt_name: Text | None = None
 
 
 class SparseValue(Open):
@@ -42,18 +42,18 @@ class SparseValue(Open):
 class TeiEmbedAllRequest(Strict):
     """``POST /embed_all``: every token's vector (ColBERT vectors for bge-m3)."""
 
-    inputs: Inputs
+    inputs: TokenInputs
     normalize: bool = False
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
-    prompt_name: str | None = None
+    prompt_name: Text | None = None
 
 
 class TeiRerankRequest(Strict):
     """``POST /rerank``."""
 
-    query: StrictStr
-    texts: list[StrictStr]
+    query: Text
+    texts: list[Text]
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
     raw_scores: bool = False
@@ -68,7 +68,9 @@ class TeiRank(Open):
     text: str | None = None
 
 
-PredictInput = Union[StrictStr, list[StrictStr], list[Union[StrictStr, list[StrictStr]]]]
+PredictInput = one_of((Text, "a string"), (list[Text], "a list of strings"),
+                      (list[one_of((Text, "a string"), (list[Text], "a [text, text_pair] pair"))],
+                       "a list of strings and [text, text_pair] pairs"))
 
 
 class TeiPredictRequest(Strict):
@@ -89,8 +91,8 @@ class TeiPrediction(Open):
 class SimilarityInputs(Strict):
     """The source sentence and the sentences to compare it with."""
 
-    source_sentence: StrictStr
-    sentences: list[StrictStr]
+    source_sentence: Text
+    sentences: list[Text]
 
 
 class TeiSimilarityRequest(Strict):
@@ -99,15 +101,15 @@ class TeiSimilarityRequest(Strict):
     inputs: SimilarityInputs
     truncate: bool | None = None
     truncation_direction: Direction = "Right"
-    prompt_name: str | None = None
+    prompt_name: Text | None = None
 
 
 class TeiTokenizeRequest(Strict):
     """``POST /tokenize``."""
 
-    inputs: StrictStr | list[StrictStr]
+    inputs: Texts
     add_special_tokens: bool = True
-    prompt_name: str | None = None
+    prompt_name: Text | None = None
 
 
 class TeiToken(Open):
@@ -120,10 +122,13 @@ class TeiToken(Open):
     stop: int | None = None
 
 
+IdLists = one_of((TokenIds, "a list of token ids"), (list[TokenIds], "a list of token-id lists"))
+
+
 class TeiDecodeRequest(Strict):
     """``POST /decode``."""
 
-    ids: list[int] | list[list[int]]
+    ids: IdLists
     skip_special_tokens: bool = True
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -33,9 +32,9 @@ class LowercaseTextInputProcessor(TextInputProcessor):
 
 
 class ShortestFirstScheduler(TokenBudgetScheduler):
-    """The core's token-budget batching, but the shortest waiting requests go first."""
+    """The core's token-budget batching (and fairness between calls), but a call's shortest requests go first."""
 
     def add(self, requests: Iterable[Request]) -> None:
-        """Queue ``requests`` (checked as the core does) and keep the queue sorted by length."""
-        super().add(requests)
-        self.waiting = deque(sorted(self.waiting, key=lambda r: (r.num_tokens, r.index)))
+        """Queue ``requests`` (checked as the core does) shortest first."""
+        for request in sorted(requests, key=lambda r: (r.num_tokens, r.index)):
+            super().add([request])
