@@ -70,9 +70,21 @@ def test_calls_take_turns_of_a_quantum_of_tokens():
     s = scheduler(10_000, max_seqs=5)  # CALL_QUANTUM-token requests: one request a turn
     s.add(requests([CALL_QUANTUM] * 6, call_id=0))
     s.add(requests([CALL_QUANTUM] * 6, call_id=1))
-    s.add(requests([CALL_QUANTUM] * 2, call_id=2))
+    s.add(requests([CALL_QUANTUM] * 6, call_id=2))
     assert [r.call_id for r in s.schedule()] == [0, 1, 2, 0, 1]  # equal lengths: the sort keeps the turns
-    assert [r.call_id for r in s.schedule()] == [2, 0, 1, 0, 1]
+    assert [r.call_id for r in s.schedule()] == [2, 0, 1, 2, 0]
+
+
+def test_calls_not_served_yet_go_smallest_first():
+    s = scheduler(10_000, max_seqs=4)
+    s.add(requests([CALL_QUANTUM] * 8, call_id=0))
+    s.add(requests([CALL_QUANTUM] * 3, call_id=1))
+    s.add(requests([2], call_id=2))
+    s.add(requests([CALL_QUANTUM] * 3, call_id=3))  # as big as call 1: after it
+    assert sorted(r.call_id for r in s.schedule()) == [0, 1, 2, 3]
+    assert [r.call_id for r in s.schedule()][:2] == [1, 3]  # then turns as usual
+    s.add(requests([2], call_id=4))  # ahead of every call served already
+    assert [r.call_id for r in s.schedule()][-1] == 4
 
 
 def test_tenants_take_turns_then_their_calls():
@@ -140,10 +152,10 @@ def test_drop_removes_only_that_calls_waiting_requests():
     s.add(requests([TENANT_QUANTUM] * 4, call_id=0, tenant="a"))
     s.add(requests([TENANT_QUANTUM] * 3, call_id=1, tenant="b"))
     s.add(requests([TENANT_QUANTUM] * 2, call_id=2, tenant="a"))
-    assert [r.call_id for r in s.schedule()] == [0, 1]
+    assert [r.call_id for r in s.schedule()] == [2, 1]  # tenant "a"'s smaller call first
     assert s.drop(1) == 2 and s.drop(1) == 0 and s.drop(42) == 0
     assert s.num_waiting() == 5
-    assert [r.call_id for b in drain(s) for r in b] == [2, 0, 2, 0, 0]  # tenant "a" alone, its calls in turn
+    assert [r.call_id for b in drain(s) for r in b] == [0, 2, 0, 0, 0]  # tenant "a" alone, its calls in turn
     s.add(requests([5], call_id=3, tenant="c"))
     assert s.drop(3) == 1 and not s.has_waiting() and s.num_waiting() == 0 and s.schedule() == []
 

@@ -150,23 +150,28 @@ class Stats:
     wrong: list = field(default_factory=list)
 
 
+async def send(http: httpx.AsyncClient, stats: Stats, kind: str, path: str, body, check, headers=None) -> None:
+    """POST one request; count it as lost (no answer), wrong (a 5xx or a failed check) or answered in time."""
+    stats.sent[kind] += 1
+    start = time.perf_counter()
+    try:
+        response = await http.post(path, json=body, headers=headers)
+    except httpx.HTTPError as exc:
+        stats.lost.append(f"{kind} {path}: {exc!r}")
+        return
+    stats.latency[kind].append(time.perf_counter() - start)
+    try:
+        assert response.status_code < 500, f"{response.status_code} {response.text[:200]}"
+        check(response)
+    except AssertionError as exc:
+        stats.wrong.append(f"{kind} {path}: {exc}")
+
+
 async def client(http: httpx.AsyncClient, seed: int, ref: Reference, stats: Stats, deadline: float) -> None:
     rng = random.Random(seed)
     while time.monotonic() < deadline and sum(stats.sent.values()) < MAX_REQUESTS:
         kind, path, body, check = rng.choices(KINDS, WEIGHTS)[0](rng, ref)
-        stats.sent[kind] += 1
-        start = time.perf_counter()
-        try:
-            response = await http.post(path, json=body)
-        except httpx.HTTPError as exc:
-            stats.lost.append(f"{kind} {path}: {exc!r}")
-            continue
-        stats.latency[kind].append(time.perf_counter() - start)
-        try:
-            assert response.status_code < 500, f"{response.status_code} {response.text[:200]}"
-            check(response)
-        except AssertionError as exc:
-            stats.wrong.append(f"{kind} {path}: {exc}")
+        await send(http, stats, kind, path, body, check)
 
 
 def summary(stats: Stats, seconds: float) -> str:

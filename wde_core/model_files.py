@@ -17,6 +17,8 @@ _ST6_POOLING = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_toke
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 _DENSE_ACTIVATIONS = ("Identity", "Tanh", "ReLU", "GELU", "Sigmoid", "SiLU")
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model", "*.pt", "1_Pooling/*", "*_Dense/*"]
+SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -68,9 +70,32 @@ def open_model_directory(model: str, registry: Registry, revision: str | None = 
 
     try:
         config = AutoConfig.from_pretrained(str(path))
-    except (ValueError, KeyError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - bad JSON, unknown model_type, transformers' strict field types
         raise ValueError(f"model {model!r}: cannot read {path / 'config.json'}: {exc}") from exc
+    check_config_sizes(f"model {model!r}: {path / 'config.json'}", config, path)
     return ModelDirectory(model, path, found_by, config, read_sentence_transformer_files(path))
+
+
+def check_config_sizes(where: str, config: Any, path: Path) -> None:
+    """Refuse a config whose sizes cannot build a working model, or imply far more weights than ``path`` holds."""
+    raw, names = _read_json(path / "config.json") or {}, getattr(config, "attribute_map", {})  # GPT-2: n_embd
+    size = {key: raw.get(names.get(key, key)) for key in SIZE_FIELDS}  # as written: not transformers' defaults
+    if bad := next((k for k, v in size.items() if v is not None and (type(v) is not int or v <= 0)), None):
+        raise ValueError(f"{where}: {bad}={size[bad]!r}: a size must be a positive integer")
+    vocab, hidden, layers, inner, heads, kv_heads, _, _ = (size[key] or 0 for key in SIZE_FIELDS)
+    if heads and hidden % heads and not any(getattr(config, k, None) for k in ("head_dim", "attention_head_size")):
+        raise ValueError(f"{where}: hidden_size={hidden} is not a multiple of num_attention_heads={heads} and no "
+                         "head_dim is given: the hidden state cannot be split into equal attention heads")
+    if heads and kv_heads and heads % kv_heads:
+        raise ValueError(f"{where}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}: "
+                         "the query heads cannot share the key/value heads evenly")
+    # the weight files' bytes on disk (none read); refused: over 4 parameters a byte (2x 4-bit weights) and 64M
+    held = sum(f.stat().st_size for f in path.iterdir() if f.suffix in (".safetensors", ".bin") and f.is_file())
+    params = vocab * hidden + layers * (4 * hidden * hidden + 2 * hidden * (inner or 4 * hidden))
+    if held and params > 4 * held + 2**26:  # no weights at all (``wde inspect`` of a bare config): loading says so
+        named = ", ".join(f"{key}={size[key]}" for key in SIZE_FIELDS[:4] if size[key] is not None)
+        raise ValueError(f"{where}: {named} imply ~{params:.2g} parameters ({2 * params / 1e9:.3g} GB in float16), "
+                         f"but the weight files hold {held / 1e6:,.1f} MB: the config does not match the weights")
 
 
 def resolve_model_path(model: str, registry: Registry, revision: str | None = None) -> tuple[Path, str]:

@@ -11,20 +11,23 @@ TENANT_QUANTUM, CALL_QUANTUM = 512, 128  # tokens a tenant, and a call within it
 
 
 class _Turns:
-    """Keyed queues taking turns of ``quantum`` tokens: a new key joins after the keys not served yet, ahead
-    of those served."""
+    """Keyed queues taking turns of ``quantum`` tokens: a new key joins the keys not served yet (smallest
+    ``size`` first, then in arrival order), ahead of those served."""
 
     def __init__(self, quantum: int) -> None:
         self.queues: dict[Any, Any] = {}
         self.order: deque = deque()
+        self.sizes: dict[Any, int] = {}  # of the keys not served yet
         self.unserved = self.used = 0
         self.quantum = quantum
 
-    def queue(self, key: Any, make: Callable[[], Any]) -> Any:
+    def queue(self, key: Any, make: Callable[[], Any], size: int = 0) -> Any:
         """The queue under ``key``, made and put in line when new."""
         if key not in self.queues:
-            self.queues[key] = make()
-            self.order.insert(self.unserved, key)
+            self.queues[key], self.sizes[key] = make(), size
+            first = 1 if self.used else 0  # never ahead of a head in the middle of its turn
+            at = next((i for i in range(first, self.unserved) if self.sizes[self.order[i]] > size), self.unserved)
+            self.order.insert(at, key)
             self.unserved += 1
         return self.queues[key]
 
@@ -34,7 +37,8 @@ class _Turns:
         if not empty and self.used < self.quantum:
             return
         key, self.used = self.order.popleft(), 0
-        self.unserved = max(0, self.unserved - 1)
+        self.unserved -= key in self.sizes
+        self.sizes.pop(key, None)
         if empty:
             del self.queues[key]
         else:
@@ -43,7 +47,7 @@ class _Turns:
     def remove(self, key: Any) -> Any:
         """Take ``key``'s queue out of the line and return it."""
         position = self.order.index(key)
-        self.unserved -= position < self.unserved
+        self.unserved -= self.sizes.pop(key, None) is not None
         self.used = self.used if position else 0
         self.order.remove(key)
         return self.queues.pop(key)
@@ -54,7 +58,7 @@ class TokenBudgetScheduler:
     turns: round-robin over tenants (``Request.tenant``), each turn up to ``TENANT_QUANTUM`` tokens, and
     within a tenant over calls (``Request.call_id``), each turn up to ``CALL_QUANTUM`` tokens (a turn takes
     at least one request), so a small call is not stuck behind big ones, however many requests they hold;
-    a call not served yet goes ahead of those already served. A call's requests are queued longest first,
+    calls not served yet go ahead of those already served, the smallest first. A call's requests are queued longest first,
     and each batch is put longest first, so equal lengths sit side by side and attention pads little. With
     one call this is first come, first served."""
 
@@ -65,14 +69,15 @@ class TokenBudgetScheduler:
 
     def add(self, requests: Iterable[Request]) -> None:
         """Queue tokenized requests, longest first within this call."""
-        for request in sorted(requests, key=lambda r: -r.num_tokens):
+        requests = sorted(requests, key=lambda r: -r.num_tokens)
+        for request in requests:
             if request.num_tokens > self.max_tokens:
                 raise ValueError(f"input {request.index}: {request.num_tokens} tokens exceed "
                                  f"max_num_batched_tokens={self.max_tokens}")
-            self._enqueue(request)
-
-    def _enqueue(self, request: Request) -> None:
-        self.tenants.queue(request.tenant, lambda: _Turns(CALL_QUANTUM)).queue(request.call_id, deque).append(request)
+        size = sum(r.num_tokens for r in requests)
+        for request in requests:
+            calls = self.tenants.queue(request.tenant, lambda: _Turns(CALL_QUANTUM))
+            calls.queue(request.call_id, deque, size).append(request)
 
     def has_waiting(self) -> bool:
         """Whether requests are queued."""

@@ -10,7 +10,7 @@ from wde_core.entries import import_target
 from wde_core.stages.dense import load_dense_modules
 from wde_core.stages.model_input import ModelInput, move_to
 from wde_core.stages.pooling import Pooler
-from wde_core.stages.weights import iter_checkpoint, load_weights
+from wde_core.stages.weights import checkpoint_files, iter_checkpoint, load_weights
 
 
 class ModelWorker:
@@ -28,6 +28,7 @@ class ModelWorker:
         the model's optional ``after_load_weights()`` and every submodule's ``prepack()``."""
         p = self.pipeline
         model_cls = import_target(p.link.model)
+        checkpoint_files(p.model.path)  # no weights: say so before allocating the model
         with torch.device("meta"):
             model = model_cls(p.model.config, self.attention, p.settings)
         model = model.to_empty(device=self.device).to(p.dtype)
