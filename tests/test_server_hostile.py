@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -207,6 +208,16 @@ def test_sigterm_exits_within_the_graceful_timeout_even_with_a_request_stuck(tmp
     finally:
         stuck.close()
         process.stop()
+
+
+# -- 6. memory (RSS across rounds: the soak test) --------------------------------------------------------------
+
+@pytest.mark.parametrize("environment, applied", [({}, {"MALLOC_ARENA_MAX": 2}), ({"MALLOC_ARENA_MAX": "4"}, {})])
+def test_wde_serve_caps_mallocs_arenas_unless_the_environment_says(environment, applied):
+    code = "from wde_server.process import malloc_trim, tune_allocator; print(tune_allocator(), malloc_trim() in (0, 1))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, **environment})
+    assert result.stdout.split() == [*str(applied).split(), "True"], result.stderr
 
 
 # -- 7. metrics labels ----------------------------------------------------------------------------------

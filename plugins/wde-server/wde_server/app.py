@@ -19,9 +19,12 @@ from wde_server.metrics import Metrics
 from wde_server.middleware import ServerMiddleware
 from wde_server.models import ModelSet, ServedModel, load_model, read_calibration
 from wde_server.options import ServerOptions
+from wde_server.process import trim_periodically
 from wde_server.routes import cohere, openai, tei
 
 log = logging.getLogger("uvicorn.error")
+
+TRIM_SECONDS = 10.0  # how often `wde serve` returns free heap pages to the system
 
 # one short call per task, run before the port opens so the first client does not pay for warm-up
 WARM_UP = {"embed": ("encode", (["warm up"],)), "rerank": ("score", ([("warm up", "warm up")],)),
@@ -45,7 +48,11 @@ def create_app(models: Sequence[ServedModel | str | None] = (None,), options: Se
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await start_models(served, options, metrics)
+        trims = getattr(app.state, "allocator", None) is not None  # set by `wde serve`, which owns its process
+        trimmer = asyncio.create_task(trim_periodically(TRIM_SECONDS)) if trims else None
         yield
+        if trimmer is not None:
+            trimmer.cancel()
         await served.close()
 
     keys = KeyRing.from_options(options.api_key, options.key_file)
