@@ -118,6 +118,14 @@ def test_a_new_call_joins_the_very_next_batch_while_big_calls_are_queued():
     assert s.num_waiting() == 30 - 7 and all(r.call_id != 9 for b in drain(s) for r in b)
 
 
+def test_a_new_call_never_cuts_into_the_turn_under_way():
+    s = scheduler(1000, max_seqs=1)  # one request a batch
+    s.add(requests([100] * 5, call_id=0))
+    assert [[r.call_id for r in s.schedule()] for _ in range(3)] == [[0], [0], [0]]  # a turn, then 100 of the next
+    s.add(requests([10], call_id=1))  # after the 28 tokens left of call 0's turn, ahead of its next turn
+    assert [[r.call_id for r in s.schedule()] for _ in range(3)] == [[0], [1], [0]]
+
+
 def test_calls_not_served_yet_keep_their_arrival_order():
     s = scheduler(200, max_seqs=8)  # one 200-token request a batch
     s.add(requests([200] * 3, call_id=0))

@@ -17,18 +17,17 @@ class _Turns:
     def __init__(self, quantum: int) -> None:
         self.queues: dict[Any, Any] = {}
         self.order: deque = deque()
-        self.sizes: dict[Any, int] = {}  # of the keys not served yet
-        self.unserved = self.used = 0
+        self.sizes: dict[Any, int] = {}  # of the keys not served yet: the first len(sizes) in order
+        self.used = 0
         self.quantum = quantum
 
     def queue(self, key: Any, make: Callable[[], Any], size: int = 0) -> Any:
         """The queue under ``key``, made and put in line when new."""
         if key not in self.queues:
-            self.queues[key], self.sizes[key] = make(), size
-            first = 1 if self.used else 0  # never ahead of a head in the middle of its turn
-            at = next((i for i in range(first, self.unserved) if self.sizes[self.order[i]] > size), self.unserved)
+            unserved, first = len(self.sizes), 1 if self.used else 0  # never ahead of a head mid-turn
+            at = next((i for i in range(first, unserved) if self.sizes[self.order[i]] > size), max(first, unserved))
             self.order.insert(at, key)
-            self.unserved += 1
+            self.queues[key], self.sizes[key] = make(), size
         return self.queues[key]
 
     def took(self, tokens: int, *, empty: bool) -> None:
@@ -37,7 +36,6 @@ class _Turns:
         if not empty and self.used < self.quantum:
             return
         key, self.used = self.order.popleft(), 0
-        self.unserved -= key in self.sizes
         self.sizes.pop(key, None)
         if empty:
             del self.queues[key]
@@ -46,9 +44,8 @@ class _Turns:
 
     def remove(self, key: Any) -> Any:
         """Take ``key``'s queue out of the line and return it."""
-        position = self.order.index(key)
-        self.unserved -= self.sizes.pop(key, None) is not None
-        self.used = self.used if position else 0
+        self.used = self.used if self.order.index(key) else 0
+        self.sizes.pop(key, None)
         self.order.remove(key)
         return self.queues.pop(key)
 
@@ -58,9 +55,9 @@ class TokenBudgetScheduler:
     turns: round-robin over tenants (``Request.tenant``), each turn up to ``TENANT_QUANTUM`` tokens, and
     within a tenant over calls (``Request.call_id``), each turn up to ``CALL_QUANTUM`` tokens (a turn takes
     at least one request), so a small call is not stuck behind big ones, however many requests they hold;
-    calls not served yet go ahead of those already served, the smallest first. A call's requests are queued longest first,
-    and each batch is put longest first, so equal lengths sit side by side and attention pads little. With
-    one call this is first come, first served."""
+    calls not served yet go ahead of those already served, the smallest first. A call's requests are queued
+    longest first, and each batch is put longest first, so equal lengths sit side by side and attention pads
+    little. With one call this is first come, first served."""
 
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
