@@ -63,6 +63,12 @@ class Limits:
 
     def check(self, tokens: int) -> None:
         """413 past ``--max-request-tokens`` or ``--max-output-floats``; 429 past the key's token quota."""
+        self.check_size(tokens)
+        if self.key is not None:
+            self.charge(tokens)
+
+    def check_size(self, tokens: int) -> None:
+        """413 past ``--max-request-tokens`` or ``--max-output-floats``."""
         if tokens > self.max_tokens:
             raise ApiError(413, f"the request has {tokens} tokens, more than the limit of {self.max_tokens} tokens "
                                 "a request (--max-request-tokens); split it")
@@ -70,8 +76,6 @@ class Limits:
             raise ApiError(413, f"the response would hold {tokens} tokens x {self.floats_per_token} floats, more "
                                 f"than the limit of {self.max_floats} floats a request (--max-output-floats); "
                                 "split the request")
-        if self.key is not None:
-            self.charge(tokens)
 
     def charge(self, tokens: int) -> None:
         """Take ``tokens`` from the key's per-minute token quota (429 with ``Retry-After`` when short)."""

@@ -9,7 +9,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
-from wde_server.calls import Timing, classify_call, embed_call, is_small, run, token_embed_call
+from wde_server.calls import Timing, classify_call, embed_call, is_small, limits_for, run, token_embed_call
 from wde_server.errors import ApiError
 from wde_server.routes.common import (answer, as_list, check_batch, model_for, prompt_for, stream_arrays,
                                       truncation)
@@ -141,11 +141,7 @@ async def tokenize(body: TeiTokenizeRequest, request: Request, model: str | None
     prompt = served.settings.prompts[prompt_for(served, body.prompt_name)] if body.prompt_name else ""
     encoded = await asyncio.to_thread(served.hf_tokenizer, [prompt + t for t in texts],
                                       add_special_tokens=body.add_special_tokens, return_offsets_mapping=True)
-    tokens = sum(len(ids) for ids in encoded["input_ids"])
-    limit = request.app.state.options.max_request_tokens
-    if tokens > limit:
-        raise ApiError(413, f"inputs: {tokens} tokens, more than the limit of {limit} tokens a request "
-                            "(--max-request-tokens); split the request", param="inputs")
+    limits_for(request).check_size(sum(len(ids) for ids in encoded["input_ids"]))
     return await asyncio.to_thread(token_table, served, encoded)
 
 
