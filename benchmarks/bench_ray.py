@@ -21,7 +21,7 @@ import psutil
 
 from common import load_corpus, measure, parser
 
-WDE = [sys.executable, "-c", "from wde_core.cli import main; main()"]
+WDE = [sys.executable, "-c", "from wde_core.cli.main import main; main()"]
 
 
 class PeakMemory:

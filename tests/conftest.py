@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wde_core.plugins import PluginHost, get_plugin_host, reset_plugin_host
+from wde_core.plugins.host import PluginHost, get_plugin_host, reset_plugin_host
 from wde_plugin_kit import save_random_model, wordpiece_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
@@ -30,7 +30,7 @@ def wiki_paragraphs(n: int) -> list[str]:
 
 
 def _cpu_backends() -> list[str]:
-    from wde_core.attention.native import unavailable_reason
+    from wde_cpu_kernels.attention import unavailable_reason
 
     return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
 
@@ -41,13 +41,18 @@ CPU_BACKENDS = _cpu_backends()  # what parity tests run on CPU: cpu_varlen too w
 def auto_cpu_backend() -> tuple[str, str, str]:
     """(name, target, reason) of the attention backend chosen on CPU in float32: cpu_varlen where the kernel
     builds, else torch_sdpa with the kernel's reason."""
-    from wde_core.attention.native import unavailable_reason, varlen_kernel
+    from wde_cpu_kernels.attention import unavailable_reason, varlen_kernel
 
     if varlen_kernel() is not None:
-        return ("cpu_varlen", "wde_core.attention.native:NativeCpuAttention",
+        return ("cpu_varlen", "wde_cpu_kernels.attention:NativeCpuAttention",
                 "auto: wde's AVX-512 varlen kernel on cpu with float32")
     return ("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention",
             f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})")
+
+
+def provider_of(target: str) -> str:
+    """The plugin that registers a core or wde-cpu-kernels component, from its import path."""
+    return "wde-cpu-kernels" if target.startswith("wde_cpu_kernels.") else "wde-core"
 
 
 def write_tokenizer(directory: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from conftest import wiki_paragraphs
-from wde_core.request import Request
+from wde_core.runtime.request import Request
 
 VOCAB = 512
 EOS, PAD = "<|endoftext|>", "<|pad|>"

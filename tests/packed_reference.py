@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from wde_core.request import Request
+from wde_core.runtime.request import Request
 
 
 def random_requests(config, lengths, seed=0, *, lowest_id=0, with_types=True) -> list[Request]:

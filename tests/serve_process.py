@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-WDE = [sys.executable, "-c", "from wde_core.cli import main; main()"]
+WDE = [sys.executable, "-c", "from wde_core.cli.main import main; main()"]
 
 
 def free_port() -> int:

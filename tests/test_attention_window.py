@@ -10,7 +10,7 @@ from conftest import CPU_BACKENDS
 from wde_core.attention.base import position_mask
 from wde_core.attention.eager import EagerAttention
 from wde_core.attention.flash import FlashAttention, flash_attn_available
-from wde_core.attention.native import NativeCpuAttention
+from wde_cpu_kernels.attention import NativeCpuAttention
 from wde_core.attention.sdpa import SdpaAttention
 
 LENGTHS = [[7], [30, 30, 30], [40, 39, 39, 12, 12, 11, 3, 1], [1, 90, 2, 90, 17], list(range(64, 0, -5))]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from conftest import minilm_path, wiki_paragraphs
 from wde_core import Engine
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 
 
 def cpu_flags() -> set[str]:

@@ -98,7 +98,7 @@ def test_list_workflows_and_inspect_explain_the_llm_rerankers(gemma_reranker, is
 
     from click.testing import CliRunner
 
-    from wde_core.cli import cli
+    from wde_core.cli.main import cli
 
     isolated_host.register_commands(cli)
     runner = CliRunner()

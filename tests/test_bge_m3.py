@@ -23,8 +23,8 @@ from transformers import AutoTokenizer, XLMRobertaModel
 
 from test_xlm_roberta import MULTILINGUAL
 from wde_core import Engine
-from wde_core.async_engine import AsyncEngine
-from wde_core.cli import cli
+from wde_core.runtime.async_engine import AsyncEngine
+from wde_core.cli.main import cli
 from wde_xlm_roberta import scoring
 
 TOL = 1e-4
@@ -204,7 +204,7 @@ def test_sparse_or_colbert_on_a_model_without_heads_is_a_clear_error(e5_dirs, en
 
 
 def test_cli_output_types_write_jsonl(m3_dir, tmp_path, engine):
-    from wde_core.plugins import get_plugin_host
+    from wde_core.plugins.host import get_plugin_host
 
     get_plugin_host().register_commands(cli)
     out = tmp_path / "m3.jsonl"

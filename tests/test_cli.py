@@ -16,9 +16,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import auto_cpu_backend, minilm_path
+from conftest import auto_cpu_backend, minilm_path, provider_of
 from wde_core import Engine
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 
 TEXTS = ["The cat sat on the mat.", "Embeddings map text to vectors", "short"]
 BERT_ARCHS = ["BertForMaskedLM", "BertForPreTraining", "BertModel"]
@@ -92,7 +92,7 @@ def test_plugins_json_and_table(wde):
         rows["wde-bert"]["hooks"])
     # The core registers its defaults through the same hooks as any plugin.
     assert rows["wde-core"]["hooks"] == [
-        "wde_register_attention_backends", "wde_register_commands", "wde_register_engine_args",
+        "wde_register_attention_backends", "wde_register_engine_args",
         "wde_register_executors", "wde_register_input_processors", "wde_register_model_input_builders",
         "wde_register_output_processors", "wde_register_schedulers", "wde_register_tasks", "wde_register_tokenizers",
         "wde_register_workers", "wde_register_workflows", "wde_select_attention_backend"]
@@ -118,8 +118,8 @@ def test_inspect_text_shows_settings_and_reasons(wde, tiny_st_bert_dir):
     assert "normalize: True (modules.json (Normalize module))" in lines
     assert "max_model_len: 128 (sentence_bert_config.json)" in lines
     assert "workflow: embed (BertModel is linked to 'embed' for task 'embed' by wde-bert)" in lines
-    name, _, reason = auto_cpu_backend()
-    assert f"attention_backend {name} wde-core {reason}" in lines
+    name, target, reason = auto_cpu_backend()
+    assert f"attention_backend {name} {provider_of(target)} {reason}" in lines
 
 
 def test_inspect_json_on_a_model_without_sentence_transformers_files(wde, tiny_bert_dir):
@@ -130,7 +130,7 @@ def test_inspect_json_on_a_model_without_sentence_transformers_files(wde, tiny_b
     assert (reasons["pooling"], reasons["normalize"]) == ("default of wde-bert", "default of wde-bert")
     assert reasons["max_model_len"] == "config.json max_position_embeddings"
     name, target, reason = auto_cpu_backend()
-    assert info["stages"]["attention_backend"] == {"component": name, "provider": "wde-core", "target": target}
+    assert info["stages"]["attention_backend"] == {"component": name, "provider": provider_of(target), "target": target}
     assert reasons["attention_backend"] == reason
     eager = json.loads(ok(wde("inspect", tiny_bert_dir, "--device", "cpu", "--attention-backend", "eager",
                               "--json")).stdout)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from wde_core import Engine
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 
 TEXTS = ["café au lait", "Embeddings map text to vectors", "short"]
 IDS = ["a", "b", "c"]

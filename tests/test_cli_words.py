@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from test_reranker import save_bert_classifier
-from wde_core import Engine, cli_hints
-from wde_core.cli import WdeGroup, cli
+from wde_core import Engine
+from wde_core.cli import hints as cli_hints
+from wde_core.cli.main import WdeGroup, cli
 
 TEXTS = ["The cat sat on the mat.", "Embeddings map text to vectors", "short"]
 QUERY, DOCS = "Which animal jumps?", ["The quick brown fox jumps over the dog.", "Markets fell.", "A fox."]
@@ -69,7 +70,7 @@ def test_api_words_without_a_command_stay_python():
 
 
 def test_each_short_option_means_one_thing_in_every_command(isolated_host):
-    group = WdeGroup("wde")
+    group = WdeGroup("wde", commands=dict(cli.commands))  # the core's own, defined on the wde group
     isolated_host.register_commands(group)
     meanings: dict[str, set[str]] = {}
     commands = list(group.commands.values())
@@ -126,11 +127,11 @@ def test_list_workflows_check_ends_with_what_it_checked(wde, isolated_host):
 
 
 def test_async_engine_is_exported_from_the_package():
-    code = "from wde_core import AsyncEngine; import wde_core.async_engine as m; print(AsyncEngine is m.AsyncEngine)"
+    code = "from wde_core import AsyncEngine; import wde_core.runtime.async_engine as m; print(AsyncEngine is m.AsyncEngine)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120).stdout == "True\n"
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    assert "from wde_core import AsyncEngine" in readme and "from wde_core.async_engine import" not in readme
+    assert "from wde_core import AsyncEngine" in readme and "from wde_core.runtime.async_engine import" not in readme
 
 
 # --- plugins the user does not have yet ---------------------------------------------------------------
@@ -139,7 +140,7 @@ def test_async_engine_is_exported_from_the_package():
 def test_a_missing_plugins_command_says_how_to_install_it(register_plugin, tmp_path, monkeypatch, command, dist):
     register_plugin(use_entry_points=False)  # only the core: no plugin installed
     group = WdeGroup("wde")
-    from wde_core.plugins import get_plugin_host
+    from wde_core.plugins.host import get_plugin_host
 
     get_plugin_host().register_commands(group)
     monkeypatch.setattr(cli_hints, "CHECKOUT", tmp_path / "site-packages")  # an installed wde: no plugins/ beside

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 
 from conftest import save_random_bert
 from wde_core import Engine
-from wde_core.model_files import check_config_sizes
-from wde_core.pipeline import assemble_pipeline
+from wde_core.assembly.model_files import check_config_sizes
+from wde_core.assembly.pipeline import assemble_pipeline
 from wde_core.stages.weights import WeightsError
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 from wde_core.plugin_api import ArchitectureLink, Task, hookimpl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def test_hookimpl_and_plugin_loading_import_no_torch():
             "from wde_core import hookimpl\n"
             "from wde_core.plugin_api import ArchitectureLink, Workflow, Task, EMBED_WORKFLOW\n"
             "assert 'torch' not in sys.modules, 'the plugin API imported torch'\n"
-            "from wde_core.plugins import get_plugin_host\n"
+            "from wde_core.plugins.host import get_plugin_host\n"
             "host = get_plugin_host()\n"
             "assert {'wde-bert', 'wde-xlm-roberta', 'wde-reranker', 'wde-qwen2-bidir'} <= set(host.plugins)\n"
             "assert not host.problems, host.problems\n"
@@ -165,10 +165,10 @@ def test_the_torch_floor_matches_the_code(requirement):
 
 def test_every_architecture_of_the_plugins_here_has_an_install_hint():
     # the "no plugin serves this architecture" message names the plugin to install from this table
-    from wde_core.plugins import get_plugin_host
+    from wde_core.plugins.host import get_plugin_host
 
     host = get_plugin_host()
-    hints = json.loads((ROOT / "wde_core" / "plugin_hints.json").read_text())
+    hints = json.loads((ROOT / "wde_core" / "plugins" / "hints.json").read_text())
     in_repo = {p.name for p in (ROOT / "plugins").iterdir()}
     linked = {link.architecture: host.plugins[link.provider].distribution for link in host.registry.links.values()
               if link.provider in host.plugins and host.plugins[link.provider].distribution in in_repo}

@@ -14,8 +14,8 @@ from transformers import AutoTokenizer, DebertaV2Config, DebertaV2ForSequenceCla
 
 from conftest import CPU_BACKENDS
 from wde_core import Engine
-from wde_core.cli import cli
-from wde_core.request import Request, ScoreOptions
+from wde_core.cli.main import cli
+from wde_core.runtime.request import Request, ScoreOptions
 from wde_plugin_kit import save_random_model
 
 TOL = 1e-4

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from decoder_fixtures import hf_states, load_reference, random_token_lists, save_random_decoder, wde_states
 from wde_core import Engine, assemble_pipeline
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 
 ARCHITECTURES = ["LlamaForCausalLM", "LlamaModel", "MistralForCausalLM", "MistralModel", "Qwen2ForCausalLM",
                  "Qwen2Model"]

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, ElectraConfig, ElectraForSequenceClassif
 from packed_reference import random_requests, reference_states, wde_states
 from conftest import CPU_BACKENDS
 from wde_core import Engine
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 from wde_plugin_kit import assert_matches_hf, save_random_model
 
 TOL = 1e-4

@@ -14,9 +14,9 @@ import pytest
 import wde_bert.plugin
 from conftest import wiki_paragraphs
 from wde_core import Engine
-from wde_core.async_engine import AsyncEngine
-from wde_core.engine import BatchError
-from wde_core.model_files import ModelNotFoundError
+from wde_core.runtime.async_engine import AsyncEngine
+from wde_core.runtime.engine import BatchError
+from wde_core.assembly.model_files import ModelNotFoundError
 from wde_data_parallel.executor import ReplicaDiedError
 
 TEXTS = wiki_paragraphs(60) + ["short", "a", "two words"]
@@ -52,7 +52,7 @@ def test_data_parallel_deals_work_by_token_load(dp_engine, expected):
 
 
 def test_data_parallel_without_its_plugin_is_refused_with_the_install_command(tiny_st_bert_dir, monkeypatch):
-    from wde_core.plugins import PluginHost
+    from wde_core.plugins.host import PluginHost
 
     refused = r"no executor 'data_parallel' \(named by engine argument executor\); registered: pipelined, sync; "
     core_and_bert = PluginHost(use_entry_points=False).load(extra_plugins=[("wde-bert", wde_bert.plugin)])

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import wiki_paragraphs
 from wde_core import AsyncEngine, Engine
-from wde_core.request import Request
+from wde_core.runtime.request import Request
 from wde_core.stages.scheduler import CALL_QUANTUM, TENANT_QUANTUM, TokenBudgetScheduler
 from wde_core.tasks import Call
 

@@ -1,4 +1,4 @@
-"""``wde_core.layers.Linear``: the fused CPU path equals the plain PyTorch computation."""
+"""``wde_core.modeling.layers.Linear``: the fused CPU path equals the plain PyTorch computation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from wde_core.layers import Linear
+from wde_core.modeling.layers import Linear
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"])

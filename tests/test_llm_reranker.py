@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from decoder_fixtures import VOCAB, write_decoder_tokenizer
 from conftest import CPU_BACKENDS
 from wde_core import Engine, assemble_pipeline
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 from wde_qwen2_bidir.prompts import RERANK_PREFIX, RERANK_SUFFIX, qwen3_rerank_body, qwen3_rerank_text
 
 BACKENDS = CPU_BACKENDS

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from wde_core import Engine, assemble_pipeline
-from wde_core.model_files import ModelNotFoundError
+from wde_core.assembly.model_files import ModelNotFoundError
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 

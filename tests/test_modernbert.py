@@ -16,8 +16,8 @@ from transformers import (ModernBertConfig, ModernBertForMaskedLM, ModernBertFor
 from packed_reference import packed_diff, random_requests
 from conftest import CPU_BACKENDS
 from wde_core import Engine
-from wde_core.cli import cli
-from wde_core.request import Request, ScoreOptions
+from wde_core.cli.main import cli
+from wde_core.runtime.request import Request, ScoreOptions
 from wde_plugin_kit import assert_matches_hf, save_random_model
 
 TOL = 1e-4

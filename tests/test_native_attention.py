@@ -14,7 +14,7 @@ from conftest import save_random_bert
 from packed_reference import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
-from wde_core.attention.native import NativeCpuAttention, has_avx512_bf16, unavailable_reason, varlen_kernel
+from wde_cpu_kernels.attention import NativeCpuAttention, has_avx512_bf16, unavailable_reason, varlen_kernel
 from wde_core.attention.sdpa import SdpaAttention
 
 CAN_BUILD = ("AVX512" in torch.backends.cpu.get_cpu_capability()

@@ -9,7 +9,8 @@ import torch
 from click.testing import CliRunner
 
 from wde_core import Engine, NoWorkflowError, assemble_pipeline, hookimpl
-from wde_core.plugins import PluginHost
+from wde_core.cli.main import cli
+from wde_core.plugins.host import PluginHost
 
 
 class ClashingCommands:
@@ -29,11 +30,11 @@ class ClashingCommands:
 
 def test_a_command_name_already_taken_is_refused_and_reported():
     host = PluginHost(use_entry_points=False).load(extra_plugins=[("clashing", ClashingCommands)])
-    group = click.Group("wde")
+    group = click.Group("wde", commands=dict(cli.commands))  # the core's commands are defined on the wde group
     host.register_commands(group)
     assert [str(p) for p in host.problems] == [
         "clashing: duplicate command 'inspect': already provided by 'wde-core', refused"]
-    assert group.commands["inspect"].callback.__module__ == "wde_core.cli"
+    assert group.commands["inspect"].callback.__module__ == "wde_core.cli.main"
     assert CliRunner().invoke(group, ["hello"]).output == "hello from clashing\n"
     host.register_commands(group)  # registering again (a second main()) adds no new problem
     assert len(host.problems) == 1

@@ -17,10 +17,11 @@ import torch
 from click.testing import CliRunner
 
 from conftest import TOKENIZER_FILES, auto_cpu_backend, minilm_path
-from wde_core import ArchitectureLink, Engine, NoWorkflowError, Workflow, assemble_pipeline, hookimpl, hookspecs
-from wde_core.cli import cli
-from wde_core.plugins import PluginHost, get_plugin_host
-from wde_core.request import Request
+from wde_core import ArchitectureLink, Engine, NoWorkflowError, Workflow, assemble_pipeline, hookimpl
+from wde_core.plugins import hookspecs
+from wde_core.cli.main import cli
+from wde_core.plugins.host import PluginHost, get_plugin_host
+from wde_core.runtime.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCH = "ExampleBagOfEmbeddings"

@@ -24,8 +24,8 @@ from click.testing import CliRunner  # noqa: E402
 from conftest import WIKI  # noqa: E402
 from test_reranker import save_bert_classifier  # noqa: E402
 from wde_core import Engine  # noqa: E402
-from wde_core.cli import cli  # noqa: E402
-from wde_core.plugins import get_plugin_host  # noqa: E402
+from wde_core.cli.main import cli  # noqa: E402
+from wde_core.plugins.host import get_plugin_host  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -14,7 +14,7 @@ from transformers import GteConfig, GteModel, NomicBertConfig, NomicBertForMaske
 
 from packed_reference import packed_diff, random_requests
 from wde_core import Engine
-from wde_core.cli import cli
+from wde_core.cli.main import cli
 from wde_plugin_kit import assert_matches_hf, save_random_model
 
 TOL = 1e-4

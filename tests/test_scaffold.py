@@ -99,7 +99,7 @@ def test_defaults_come_from_the_name(tmp_path, monkeypatch):
 
 
 def test_the_wde_command_serves_the_plugin_group(tmp_path):
-    run = subprocess.run([sys.executable, "-c", "from wde_core.cli import main; main()", "plugin", "new",
+    run = subprocess.run([sys.executable, "-c", "from wde_core.cli.main import main; main()", "plugin", "new",
                           "wde-cli-demo", "--directory", str(tmp_path / "demo")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -108,7 +108,7 @@ def test_the_wde_command_serves_the_plugin_group(tmp_path):
 
 def test_without_the_kit_wde_plugin_names_the_distribution_that_provides_it(tmp_path):
     env = {**os.environ, "WDE_PLUGINS": "wde-bert"}
-    run = subprocess.run([sys.executable, "-c", "from wde_core.cli import main; main()", "plugin", "new", "wde-x",
+    run = subprocess.run([sys.executable, "-c", "from wde_core.cli.main import main; main()", "plugin", "new", "wde-x",
                           "--directory", str(tmp_path / "x")], capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 1 and not (tmp_path / "x").exists()
     assert ("wde plugin is provided by the wde-plugin-kit plugin, installed but left out by WDE_PLUGINS='wde-bert'"

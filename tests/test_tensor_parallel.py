@@ -18,7 +18,7 @@ from conftest import save_random_bert, wiki_paragraphs
 from decoder_fixtures import save_random_decoder
 from test_qwen3 import save_random_qwen3
 from wde_core import Engine, assemble_pipeline
-from wde_core.engine import BatchError
+from wde_core.runtime.engine import BatchError
 from wde_tensor_parallel.executor import RankDiedError
 from wde_tensor_parallel.sharding import TensorParallelError
 
@@ -108,7 +108,7 @@ def test_the_sharding_is_described_at_assembly(tmp_path):
 def test_wde_inspect_prints_the_sharding(tmp_path):
     from click.testing import CliRunner
 
-    from wde_core.cli import inspect
+    from wde_core.cli.main import inspect
 
     directory = save(tmp_path, "qwen2")
     result = CliRunner().invoke(inspect, [str(directory), "--device", "cpu", "--engine-arg", "executor=tensor_parallel",

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 
 from wde_core import Engine
 from wde_core.plugin_api import ArchitectureLink, hookimpl
-from wde_core.plugins import get_plugin_host
+from wde_core.plugins.host import get_plugin_host
 from wde_plugin_kit import (assert_matches_hf, bpe_tokenizer, plugin_host, save_random_model, wordpiece_tokenizer,
                               write_st_files)
 

@@ -1,10 +1,11 @@
 """The core's own plugin, registered through the same hooks as any other: default stage components, the
-tasks, the embed workflow, attention-backend selection and the core's commands. It names no model."""
+tasks, the embed workflow and attention-backend selection. It names no model (its commands are defined on the
+``wde`` group in ``wde_core.cli.main``)."""
 
 from __future__ import annotations
 
-from wde_core.entries import Task, Workflow
-from wde_core.hookspecs import hookimpl
+from wde_core.plugins.entries import Task, Workflow
+from wde_core.plugins.hookspecs import hookimpl
 
 _S = "wde_core.stages"
 
@@ -35,11 +36,10 @@ def wde_register_model_input_builders(register):
 
 @hookimpl
 def wde_register_attention_backends(register):
-    """torch SDPA, eager (the reference) and flash-attn."""
+    """torch SDPA, eager (the reference) and flash-attn (``cpu_varlen`` comes from wde-cpu-kernels)."""
     register("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention", "torch SDPA, CPU and GPU")
     register("eager", "wde_core.attention.eager:EagerAttention", "matmul + softmax, the reference")
     register("flash_attn", "wde_core.attention.flash:FlashAttention", "flash_attn_varlen_func, CUDA only")
-    register("cpu_varlen", "wde_core.attention.native:NativeCpuAttention", "wde's AVX-512 varlen kernel, CPU only")
 
 
 @hookimpl
@@ -64,7 +64,7 @@ def wde_register_output_processors(register):
 @hookimpl
 def wde_register_engine_args(register):
     """The base engine arguments."""
-    register("default", "wde_core.engine_args:EngineArgs", "the arguments every workflow accepts")
+    register("default", "wde_core.assembly.engine_args:EngineArgs", "the arguments every workflow accepts")
 
 
 # The core's embed workflow. A plugin whose workflow differs in a stage or two derives it:
@@ -103,8 +103,8 @@ def wde_register_workflows(register):
 
 @hookimpl(trylast=True)
 def wde_select_attention_backend(device, dtype, causal):
-    """flash_attn on CUDA in half precision when installed; cpu_varlen on CPU in float32, and in bfloat16 where
-    the CPU has AVX512-BF16, when it builds; else torch_sdpa."""
+    """flash_attn on CUDA in half precision when installed; else torch_sdpa (on CPU, wde-cpu-kernels answers first
+    where it is installed)."""
     import torch
 
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
@@ -113,21 +113,4 @@ def wde_select_attention_backend(device, dtype, causal):
         if flash_attn_available():
             return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
         return "torch_sdpa", "auto: flash-attn is not installed"
-    named = str(dtype).replace("torch.", "")
-    if device.type == "cpu" and dtype in (torch.float32, torch.bfloat16):
-        from wde_core.attention.native import cpu_varlen_refusal
-
-        refusal = cpu_varlen_refusal(dtype)
-        if refusal is None:
-            return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}"
-        return "torch_sdpa", f"auto: torch_sdpa on cpu with {named} (cpu_varlen: {refusal})"
-    return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {named}"
-
-
-@hookimpl
-def wde_register_commands(cli):
-    """The core's own commands: list-workflows, plugins, inspect."""
-    from wde_core import cli as commands
-
-    for command in (commands.list_workflows, commands.plugins, commands.inspect):
-        cli.add_command(command)
+    return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {str(dtype).replace('torch.', '')}"

@@ -6,15 +6,15 @@ on first use. The names, by module, are below; docs/plugin-guide.md says what ea
 
 from __future__ import annotations
 
-from wde_core.lazy import lazy_exports
+from wde_core.plugins.lazy import lazy_exports
 
 _MODULES = {
-    "wde_core.hookspecs": ("hookimpl",),
-    "wde_core.entries": ("Workflow", "ArchitectureLink", "Task", "LINK_DEFAULT_KEYS"),
+    "wde_core.plugins.hookspecs": ("hookimpl",),
+    "wde_core.plugins.entries": ("Workflow", "ArchitectureLink", "Task", "LINK_DEFAULT_KEYS"),
     "wde_core.builtin": ("EMBED_WORKFLOW",),
-    "wde_core.engine_args": ("EngineArgs", "child_engine_args"),
-    "wde_core.settings": ("ModelSettings",),
-    "wde_core.request": ("Request", "EmbedOptions", "TokenEmbedOptions", "ScoreOptions"),
+    "wde_core.assembly.engine_args": ("EngineArgs", "child_engine_args"),
+    "wde_core.assembly.settings": ("ModelSettings",),
+    "wde_core.runtime.request": ("Request", "EmbedOptions", "TokenEmbedOptions", "ScoreOptions"),
     "wde_core.tasks": ("Call",),
     "wde_core.stages.input_processor": ("TextInputProcessor",),
     "wde_core.stages.tokenizer": ("HFTokenizer", "prompt_token_count"),
@@ -23,18 +23,19 @@ _MODULES = {
     "wde_core.stages.executor": ("SyncExecutor",),
     "wde_core.stages.worker": ("ModelWorker", "worker_factory"),
     "wde_core.stages.output": ("EmbeddingOutputProcessor", "split_tokens"),
-    "wde_core.outputs": ("finish_vectors", "collect_embeddings"),
+    "wde_core.runtime.outputs": ("finish_vectors", "collect_embeddings"),
     "wde_core.attention.base": ("AttentionMetadata", "expand_kv_heads"),
-    "wde_core.layers": ("Linear", "RMSNorm"),
-    "wde_core.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),
-    "wde_core.parallel": ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "TensorParallel",
+    "wde_core.attention.sdpa": ("SdpaAttention", "SdpaMetadata"),
+    "wde_core.modeling.layers": ("Linear", "RMSNorm"),
+    "wde_core.modeling.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),
+    "wde_core.modeling.parallel": ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "TensorParallel",
                           "tensor_parallel", "set_tensor_parallel"),
     "wde_core.stages.pooling": ("POOLERS", "pool_cls", "pool_mean", "pool_last", "pool_max"),
     "wde_core.stages.weights": ("WeightsError",),
-    "wde_core.cli": ("parse_engine_args", "emit_json", "engine_arg_option", "engine_error"),
-    "wde_core.engine": ("Engine",),
-    "wde_core.pipeline": ("assemble_pipeline",),
-    "wde_core.async_engine": ("AsyncEngine",),
-    "wde_core.plugins": ("get_plugin_host", "PluginHost", "reset_plugin_host"),
+    "wde_core.cli.main": ("parse_engine_args", "emit_json", "engine_arg_option", "engine_error"),
+    "wde_core.runtime.engine": ("Engine",),
+    "wde_core.assembly.pipeline": ("assemble_pipeline",),
+    "wde_core.runtime.async_engine": ("AsyncEngine",),
+    "wde_core.plugins.host": ("get_plugin_host", "PluginHost", "reset_plugin_host"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(globals(), _MODULES)

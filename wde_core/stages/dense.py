@@ -13,7 +13,7 @@ ACTIVATIONS = {"Identity": nn.Identity, "Tanh": nn.Tanh, "ReLU": nn.ReLU, "GELU"
 
 
 class DenseModule(nn.Module):
-    """One ST ``Dense`` module, built from its ``config.json`` as read by :mod:`wde_core.model_files`."""
+    """One ST ``Dense`` module, built from its ``config.json`` as read by :mod:`wde_core.assembly.model_files`."""
 
     def __init__(self, spec: dict) -> None:
         super().__init__()

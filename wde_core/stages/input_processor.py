@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from wde_core.request import EmbedOptions, Request
+from wde_core.runtime.request import EmbedOptions, Request
 
 
 class TextInputProcessor:

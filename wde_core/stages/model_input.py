@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from wde_core.request import Request
+from wde_core.runtime.request import Request
 
 
 @dataclass

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from wde_core.outputs import finish_for_request, finish_vectors
-from wde_core.request import Request, TokenEmbedOptions
+from wde_core.runtime.outputs import finish_for_request, finish_vectors
+from wde_core.runtime.request import Request, TokenEmbedOptions
 
 
 class EmbeddingOutputProcessor:

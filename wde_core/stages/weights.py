@@ -81,7 +81,7 @@ def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tens
             continue
         module, _, attr = param_name.rpartition(".")
         shard = getattr(model.get_submodule(module), "shard_checkpoint", None)
-        if shard is not None:  # a tensor-parallel layer keeps its rank's slice (wde_core.parallel)
+        if shard is not None:  # a tensor-parallel layer keeps its rank's slice (wde_core.modeling.parallel)
             tensor, rows = shard(attr, tensor, rows)
         target = param.data if rows is None else param.data[rows]
         if tuple(tensor.shape) != tuple(target.shape):

@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from wde_core.entries import import_target
+from wde_core.plugins.entries import import_target
 from wde_core.stages.dense import load_dense_modules
 from wde_core.stages.model_input import ModelInput, move_to
 from wde_core.stages.pooling import Pooler
@@ -38,7 +38,7 @@ class ModelWorker:
             model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
         for module in model.modules():
             if callable(getattr(module, "prepack", None)):
-                module.prepack()  # e.g. wde_core.layers.Linear: oneDNN-blocked weights on CPU
+                module.prepack()  # e.g. wde_core.modeling.layers.Linear: oneDNN-blocked weights on CPU
         self.model = model.eval().requires_grad_(False)
         self.pooler = Pooler(p.settings, self.model, load_dense_modules(p.model.st.dense, self.device))
 

@@ -8,7 +8,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from wde_core.request import Request
+from wde_core.runtime.request import Request
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wde_core.outputs import collect_embeddings, finish_for_request
-from wde_core.request import EmbedOptions, Request
+from wde_core.runtime.outputs import collect_embeddings, finish_for_request
+from wde_core.runtime.request import EmbedOptions, Request
 from wde_core.tasks import Call
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from wde_core.request import ScoreOptions
+from wde_core.runtime.request import ScoreOptions
 from wde_core.tasks import Call, long_input_policy
 
 

@@ -34,7 +34,7 @@ def local_window(config) -> int:
 
 
 def rope_config(config, kind: str) -> SimpleNamespace:
-    """A config holding one attention kind's RoPE parameters, as ``wde_core.rope`` reads them."""
+    """A config holding one attention kind's RoPE parameters, as ``wde_core.modeling.rope`` reads them."""
     params = dict((getattr(config, "rope_parameters", None) or {}).get(kind) or {})
     theta_key = "global_rope_theta" if kind == GLOBAL else "local_rope_theta"
     params.setdefault("rope_theta", getattr(config, theta_key, None) or (160000.0 if kind == GLOBAL else 10000.0))

@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable
 
 import pluggy
 
-from wde_core import hookspecs
-from wde_core.entries import STAGES, Problem
-from wde_core.registry import Registry
+from wde_core.plugins import hookspecs
+from wde_core.plugins.entries import STAGES, Problem
+from wde_core.plugins.registry import Registry
 
 logger = logging.getLogger("wde")
 
@@ -33,7 +33,7 @@ STAGE_HOOKS = {stage: "wde_register_engine_args" if stage == "engine_args" else 
 @functools.lru_cache(maxsize=1)
 def plugin_hints() -> dict[str, Any]:
     """Which known distribution provides an architecture, a command (``commands``) or a component (``components``)."""
-    return json.loads(resources.files("wde_core").joinpath("plugin_hints.json").read_text())
+    return json.loads(resources.files("wde_core.plugins").joinpath("hints.json").read_text())
 
 
 @dataclass
@@ -168,7 +168,7 @@ class PluginHost:
         if any(done is group for done in self._command_groups):
             return
         self._command_groups.append(group)
-        owners = {name: "(the group itself)" for name in group.commands}
+        owners = {name: CORE_PLUGIN_NAME for name in group.commands}  # the core defines its own on the group
         for impl in self.pm.hook.wde_register_commands.get_hookimpls():
             before = dict(group.commands)
             try:

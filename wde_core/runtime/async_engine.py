@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
-from wde_core.engine import BatchError, Engine
+from wde_core.runtime.engine import BatchError, Engine
 from wde_core.tasks import Call, front_end_method
 
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wde_core.layers import _POINTWISE, Linear, _can_fuse
+from wde_core.modeling.layers import _POINTWISE, Linear, _can_fuse
 
 
 @dataclass(frozen=True)

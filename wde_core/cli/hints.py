@@ -7,9 +7,9 @@ import os
 import re
 from pathlib import Path
 
-from wde_core.plugins import plugin_hints
+from wde_core.plugins.host import plugin_hints
 
-CHECKOUT = Path(__file__).resolve().parent.parent  # a source checkout has plugins/ beside wde_core/
+CHECKOUT = Path(__file__).resolve().parents[2]  # a source checkout has plugins/ beside wde_core/
 API_WORDS = ((r"\btruncate=True\b", "--truncate"), (r"\btruncate=False\b", "--no-truncate"),
              (r"\boutput=", "--output-type "), (r"\btop_n=", "--top-n "), (r"\bdimensions=", "--dimensions "),
              (r"\bprompt_name=", "--prompt-name "), (r"\bpass task=", "pass --engine-arg task="))

@@ -1,4 +1,4 @@
-"""The ``wde`` command line: a click group whose commands all come from ``wde_register_commands``."""
+"""The ``wde`` command line: a click group with the core's own commands (defined here, on it) and those plugins add through ``wde_register_commands``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import click
 
-from wde_core.cli_hints import cli_words, missing_command
-from wde_core.entries import STAGES
-from wde_core.plugins import get_plugin_host
+from wde_core.cli.hints import cli_words, missing_command
+from wde_core.plugins.entries import STAGES
+from wde_core.plugins.host import get_plugin_host
 
 
 class WdeGroup(click.Group):
@@ -114,7 +114,7 @@ def parse_engine_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     return parsed
 
 
-@click.command("list-workflows")
+@cli.command("list-workflows")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--check", is_flag=True, help="Also import every registered component and model class.")
 def list_workflows(as_json: bool, check: bool) -> None:
@@ -149,7 +149,7 @@ def checked_line(registry, problems) -> str:
     return f"{what}: all imports resolve" if not problems else f"{what}: {len(problems)} problem(s) above"
 
 
-@click.command("plugins")
+@cli.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def plugins(as_json: bool) -> None:
     """List installed plugins: name, distribution, version and the hooks each implements."""
@@ -164,7 +164,7 @@ def plugins(as_json: bool) -> None:
     print_problems(host.problems)
 
 
-@click.command("inspect")
+@cli.command("inspect")
 @click.argument("model", required=False)
 @click.option("--task", default=None, help="Task to serve (embed, rerank, ...).")
 @click.option("--device", default="auto", show_default=True)
@@ -174,7 +174,7 @@ def plugins(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inspect(model: str | None, task, device, dtype, attention_backend, engine_args, as_json: bool) -> None:
     """Show the pipeline that would be assembled for MODEL, and why, without loading weights."""
-    from wde_core.pipeline import assemble_pipeline
+    from wde_core.assembly.pipeline import assemble_pipeline
 
     with engine_error():
         pipeline = assemble_pipeline(model, task=task, device=device, dtype=dtype,

@@ -9,7 +9,7 @@ import importlib.util
 import re
 from typing import Any
 
-from wde_core.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem, Task,
+from wde_core.plugins.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem, Task,
                               Workflow, import_target)
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-from wde_core.attention.base import AttentionMetadata
-from wde_core.attention.sdpa import SdpaAttention, SdpaMetadata
+from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata
 
 SOURCES = [Path(__file__).with_name("csrc") / name for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp")]
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from wde_core.model_files import ModelDirectory, open_model_directory
-from wde_core.plugins import ALLOWLIST_ENV, PluginHost, get_plugin_host, plugin_hints
-from wde_core.entries import STAGES, ArchitectureLink, Component, Workflow
-from wde_core.settings import ModelSettings, decide_model_settings
+from wde_core.assembly.model_files import ModelDirectory, open_model_directory
+from wde_core.plugins.host import ALLOWLIST_ENV, PluginHost, get_plugin_host, plugin_hints
+from wde_core.plugins.entries import STAGES, ArchitectureLink, Component, Workflow
+from wde_core.assembly.settings import ModelSettings, decide_model_settings
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
 DEFAULT_MODEL_ENV = "WDE_DEFAULT_MODEL"

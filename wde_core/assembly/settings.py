@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from wde_core.entries import ArchitectureLink, import_target
+from wde_core.plugins.entries import ArchitectureLink, import_target
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import torch
 
-from wde_core.entries import Task, import_target
-from wde_core.pipeline import Pipeline, assemble_pipeline
-from wde_core.request import Request
+from wde_core.plugins.entries import Task, import_target
+from wde_core.assembly.pipeline import Pipeline, assemble_pipeline
+from wde_core.runtime.request import Request
 from wde_core.stages.worker import worker_factory
 from wde_core.tasks import Call, describe_methods, front_end_method
 

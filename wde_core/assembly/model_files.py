@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wde_core.registry import Registry
+from wde_core.plugins.registry import Registry
 
 POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
                  "pooling_mode_max_tokens": "max"}

@@ -1,0 +1,1 @@
+"""Assembling a pipeline: engine arguments, the model directory, settings decided once, the workflow resolved."""
