@@ -14,6 +14,9 @@ from transformers import AutoTokenizer, BertModel
 
 from test_xlm_roberta import save_random_xlmr
 from wde_core import AsyncEngine, Engine
+from wde_core.builtin import TASKS
+from wde_core.plugins.entries import import_target
+from wde_core.runtime.front_end import TaskMethods
 from wde_core.plugin_api import Call, Task, TokenEmbedOptions, hookimpl
 from wde_data_parallel.executor import ReplicaDiedError
 from wde_plugin_kit import assert_matches_hf, plugin_host
@@ -43,9 +46,33 @@ class CountingPlugin:
                       served_by=("embed",)))
 
 
-def test_front_ends_are_made_from_the_task_table(tiny_bert_dir):
-    for name in ("encode", "embed_tokens", "score", "rerank", "classify"):
-        assert name not in vars(Engine) and name not in vars(AsyncEngine)  # no hand-written twins
+def test_the_core_tasks_methods_are_real_and_match_the_task_table():
+    methods = {name: target for task in TASKS for name, target in task.methods.items()}
+    assert set(methods) == {"encode", "embed_tokens", "score", "rerank", "classify"}
+    for name, target in methods.items():
+        method = getattr(TaskMethods, name)
+        assert getattr(Engine, name) is method and getattr(AsyncEngine, name) is method  # one definition, two engines
+        ours, prepare = inspect.signature(method).parameters, inspect.signature(import_target(target)).parameters
+        assert list(ours.values())[1:-1] == list(prepare.values())[1:], name  # less self / engine and show_progress
+        assert (ours["show_progress"].kind, ours["show_progress"].default) == (inspect.Parameter.KEYWORD_ONLY, False)
+    assert inspect.getsourcefile(Engine.encode).endswith("wde_core/runtime/front_end.py")
+
+
+def test_async_front_ends_await_and_refuse_a_progress_bar(tiny_bert_dir):
+    async def run():
+        engine = AsyncEngine(str(tiny_bert_dir), device="cpu")
+        try:
+            with pytest.raises(TypeError, match="show_progress=True: AsyncEngine"):
+                await engine.encode(TEXTS, show_progress=True)
+            return await engine.encode(TEXTS, normalize=True)
+        finally:
+            await engine.close()
+
+    expected = Engine(str(tiny_bert_dir), device="cpu").encode(TEXTS, normalize=True)
+    assert np.abs(asyncio.run(run()) - expected).max() <= 1e-6
+
+
+def test_a_plugins_task_gets_front_ends_from_the_task_table(tiny_bert_dir):
     with plugin_host(("counting", CountingPlugin)):
         engine = Engine(str(tiny_bert_dir), device="cpu")
         assert "count_tokens" in dir(engine) and engine.count_tokens.__doc__ == count_tokens.__doc__

@@ -155,6 +155,8 @@ def _no_workflow_message(model: str, archs: list[str], task: str | None, host: P
     if served:
         message += f"; tasks served: {'; '.join(served)}"
     message += f". Installed plugins: {installed}."
+    if host.problems:
+        message += f" Plugins with problems: {'; '.join(str(p) for p in host.problems)}."
     if host.filtered_out:
         message += (f" Installed but left out by {ALLOWLIST_ENV}={os.environ.get(ALLOWLIST_ENV, '')!r}: "
                     f"{', '.join(sorted(host.filtered_out))}.")

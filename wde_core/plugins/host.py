@@ -13,13 +13,14 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata, resources
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import pluggy
 
 from wde_core.plugins import hookspecs
 from wde_core.plugins.entries import STAGES, Problem
 from wde_core.plugins.registry import Registry
+from wde_core.plugins.trace import trace_hook_calls
 
 logger = logging.getLogger("wde")
 
@@ -52,6 +53,7 @@ class PluginHost:
     def __init__(self, *, use_entry_points: bool = True) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
+        trace_hook_calls(self.pm)
         self.use_entry_points = use_entry_points
         self.registry = Registry()
         self.plugins: dict[str, PluginInfo] = {}
@@ -132,6 +134,11 @@ class PluginHost:
             if not self._hooks_known(name, plugin):
                 return
         hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+        if not hooks:
+            self.pm.unregister(plugin)
+            self._fail(name, f"{getattr(plugin, '__name__', plugin)!r} from {dist} implements no wde hook (functions "
+                             "named wde_* marked with wde_core.plugin_api.hookimpl); plugin not loaded")
+            return
         self.plugins.setdefault(name, PluginInfo(name, dist, version)).hooks = hooks
 
     def _hooks_known(self, name: str, plugin: Any) -> bool:
@@ -169,27 +176,34 @@ class PluginHost:
             return
         self._command_groups.append(group)
         owners = {name: CORE_PLUGIN_NAME for name in group.commands}  # the core defines its own on the group
-        for impl in self.pm.hook.wde_register_commands.get_hookimpls():
+        for plugin, call in self._each_plugin("wde_register_commands"):
             before = dict(group.commands)
             try:
-                impl.function(cli=group)
+                call(cli=group)
             except Exception as exc:  # noqa: BLE001 - the plugin is reported, the others go on
-                self._fail(impl.plugin_name, f"wde_register_commands raised {exc!r}")
+                self._fail(plugin, f"wde_register_commands raised {exc!r}")
             for name, command in list(group.commands.items()):
                 if name in before and before[name] is not command:
                     group.commands[name] = before[name]
-                    self._fail(impl.plugin_name, f"duplicate command {name!r}: already provided by "
-                                                 f"{owners.get(name, '?')!r}, refused")
+                    self._fail(plugin, f"duplicate command {name!r}: already provided by {owners.get(name, '?')!r}, "
+                                       "refused")
                 elif name not in before:
-                    owners[name] = impl.plugin_name
+                    owners[name] = plugin
 
     def _call_register(self, hook_name: str, add: Callable) -> None:
         """Call one registration hook plugin by plugin, its ``register(...)`` calling ``add(plugin_name, ...)``."""
-        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+        for plugin, call in self._each_plugin(hook_name):
             try:
-                impl.function(register=self._reporting(partial(add, impl.plugin_name), impl.plugin_name, hook_name))
+                call(register=self._reporting(partial(add, plugin), plugin, hook_name))
             except Exception as exc:  # noqa: BLE001 - the plugin is reported, the others go on
-                self._fail(impl.plugin_name, f"{hook_name} raised {exc!r}")
+                self._fail(plugin, f"{hook_name} raised {exc!r}")
+
+    def _each_plugin(self, hook_name: str) -> Iterator[tuple[str, Callable]]:
+        """``(plugin_name, caller)`` for each plugin implementing ``hook_name``: pluggy's caller of that plugin's
+        implementation alone (wrappers kept), so each call goes through pluggy and is attributed to its plugin."""
+        impls = [i for i in getattr(self.pm.hook, hook_name).get_hookimpls() if not (i.hookwrapper or i.wrapper)]
+        for name, plugin in dict((i.plugin_name, i.plugin) for i in impls).items():  # a plugin may have several
+            yield name, self.pm.subset_hook_caller(hook_name, [i.plugin for i in impls if i.plugin is not plugin])
 
     def _reporting(self, add: Callable, plugin: str, hook_name: str) -> Callable:
         """``add``, except that a refused registration is reported and the plugin goes on."""

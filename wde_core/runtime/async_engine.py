@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any, Callable
 
 from wde_core.runtime.engine import BatchError, Engine
+from wde_core.runtime.front_end import TaskMethods
 from wde_core.tasks import Call, front_end_method
 
 
@@ -30,7 +31,7 @@ class _Call:
     failed: bool = False
 
 
-class AsyncEngine:
+class AsyncEngine(TaskMethods):
     """``await AsyncEngine(model, **engine_args).encode(texts)`` from any number of asyncio tasks: the
     front-end methods of :class:`Engine` as coroutines; a failed batch fails only the calls it served."""
 
@@ -77,8 +78,10 @@ class AsyncEngine:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.engine.methods()))
 
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def call(self, method: str, *args: Any, show_progress: bool = False, **kwargs: Any) -> Any:
         """Run a front-end method by name: prepared on the tokenizer thread, batched with other callers."""
+        if show_progress:
+            raise TypeError("show_progress=True: AsyncEngine batches calls together and draws no progress bar")
         return await self.submit(partial(self.engine.prepare, method, *args, **kwargs))
 
     async def submit(self, prepare: Callable[[], Call], *, inline: bool = False, tenant: str | None = None) -> Any:

@@ -1,5 +1,5 @@
 """The engine: built once from a resolved pipeline, then a loop of plain method calls per batch; its
-front-end methods are made from the task table (``wde_register_tasks``)."""
+front-end methods run the task table's prepare functions (``wde_register_tasks``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from wde_core.plugins.entries import Task, import_target
 from wde_core.assembly.pipeline import Pipeline, assemble_pipeline
+from wde_core.runtime.front_end import TaskMethods
 from wde_core.runtime.request import Request
 from wde_core.stages.worker import worker_factory
 from wde_core.tasks import Call, describe_methods, front_end_method
@@ -20,7 +21,7 @@ from wde_core.tasks import Call, describe_methods, front_end_method
 _PROGRESS = inspect.Parameter("show_progress", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)
 
 
-class Engine:
+class Engine(TaskMethods):
     """Serve one model: ``Engine(model, **engine_args).encode(texts)`` (or any method of the model's tasks).
 
     Every component is built here, once; the per-batch path calls no hooks. Every front-end method also
@@ -59,7 +60,7 @@ class Engine:
         """The task this engine's model is linked for (``embed``, ``rerank``, ...)."""
         return self.pipeline.task
 
-    # -- front ends made from the task table -----------------------------------------------------
+    # -- front ends of plugins' tasks, made from the task table ------------------------------------
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or "pipeline" not in self.__dict__:
             raise AttributeError(name)
