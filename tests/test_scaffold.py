@@ -6,6 +6,7 @@ import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -54,6 +55,14 @@ def test_writes_the_distribution(generated):
     assert "{{" not in "".join(p.read_text() for p in generated.rglob("*") if p.is_file())
 
 
+def test_builds_with_the_backend_wde_itself_uses(generated):
+    tomllib = pytest.importorskip("tomllib")
+    ours = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["build-system"]
+    theirs = tomllib.loads((generated / "pyproject.toml").read_text())
+    assert theirs["build-system"] == ours and ours["build-backend"] == "flit_core.buildapi"
+    assert theirs["tool"]["flit"]["module"]["name"] == PACKAGE
+
+
 def test_generated_code_imports_only_the_plugin_api_and_the_testing_kit(generated):
     for path in generated.rglob("*.py"):
         assert wde_imports(path) <= ALLOWED_IMPORTS, path
@@ -61,8 +70,9 @@ def test_generated_code_imports_only_the_plugin_api_and_the_testing_kit(generate
 
 def test_generated_plugin_installs_and_its_parity_test_passes(generated, tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
-                    "--target", str(target), str(generated)], check=True, capture_output=True, text=True)
+    # with build isolation, as a user builds it: pip fetches the build backend (flit_core) as for wde itself
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target),
+                    str(generated)], check=True, capture_output=True, text=True)
     assert (target / PACKAGE / "model.py").is_file()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH")])))
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(generated / "tests")],

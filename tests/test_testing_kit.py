@@ -12,8 +12,8 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 from wde_core import Engine
 from wde_core.plugin_api import ArchitectureLink, hookimpl
 from wde_core.plugins.host import get_plugin_host
-from wde_plugin_kit import (assert_matches_hf, bpe_tokenizer, plugin_host, save_random_model, wordpiece_tokenizer,
-                              write_st_files)
+from wde_plugin_kit import (PluginProblemError, assert_matches_hf, bpe_tokenizer, plugin_host, save_random_model,
+                            wordpiece_tokenizer, write_st_files)
 
 TEXTS = ["hello world", "a", "What is the capital of France?", "The quick brown fox jumps over the lazy dog. " * 9]
 
@@ -136,11 +136,78 @@ def test_plugin_host_loads_an_in_process_plugin_and_restores_the_previous_host(t
     assert get_plugin_host() is previous
 
 
+MISSPELT_PLUGIN = """from wde_core.plugin_api import hookimpl
+
+
+@hookimpl
+def wde_register_tokenizer(register):  # misspelt: the hook is wde_register_tokenizers
+    register("kit-tok", "kit_misspelt.plugin:Nothing")
+"""
+
+
+class UnknownTaskPlugin:
+    """Links an architecture to a task nobody registered: the registry refuses the link."""
+
+    @hookimpl
+    def wde_register_architectures(self, register):
+        """A link for the unknown task 'summarize'."""
+        register(ArchitectureLink(architecture="KitTypoModel", task="summarize", workflow="embed",
+                                  model="wde_bert.model:BertEncoder"))
+
+
+def test_plugin_host_raises_for_a_refused_plugin_it_was_given(tmp_path, monkeypatch):
+    (tmp_path / "kit_misspelt").mkdir()
+    (tmp_path / "kit_misspelt" / "__init__.py").write_text("")
+    (tmp_path / "kit_misspelt" / "plugin.py").write_text(MISSPELT_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    previous = get_plugin_host()
+    with pytest.raises(PluginProblemError, match=r"kit-misspelt: implements unknown hook\(s\) 'wde_register_tokenizer' "
+                                                 r"\(did you mean 'wde_register_tokenizers'\?\)") as raised:
+        with plugin_host("kit_misspelt.plugin", use_entry_points=False):
+            pytest.fail("the block must not run")
+    assert [p.plugin for p in raised.value.problems] == ["kit-misspelt"]
+    assert "allow_problems=True" in str(raised.value) and get_plugin_host() is previous
+    with plugin_host("kit_misspelt.plugin", use_entry_points=False, allow_problems=True) as host:
+        assert "kit-misspelt" not in host.plugins and [p.plugin for p in host.problems] == ["kit-misspelt"]
+    with pytest.raises(PluginProblemError, match=r"kit-typo: wde_register_architectures: architecture 'KitTypoModel': "
+                                                 r"unknown task 'summarize'"):
+        with plugin_host(("kit-typo", UnknownTaskPlugin()), use_entry_points=False):
+            pass
+    with pytest.raises(PluginProblemError, match=r"kit-empty: .*hook"):
+        with plugin_host(("kit-empty", object()), use_entry_points=False):
+            pass
+    with pytest.raises(ImportError, match=r"plugin_host: cannot import plugin module 'kit_no_such_module.plugin'"):
+        with plugin_host("kit_no_such_module.plugin"):
+            pass
+    assert get_plugin_host() is previous
+
+
+def test_plugin_host_ignores_problems_of_plugins_it_was_not_given(monkeypatch):
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert,kit-not-installed")
+    with plugin_host(("kit-demo", KitDemoPlugin())) as host:
+        assert [p.plugin for p in host.problems] == ["kit-not-installed"]
+        assert "kit-demo" in host.plugins
+
+
 def test_assert_matches_hf_passes_on_a_random_bert(random_bert):
     report = assert_matches_hf(random_bert, TEXTS)
     assert set(report) == {"torch_sdpa", "eager"}
     for diffs in report.values():
         assert diffs["token_states"] < 1e-4 and diffs["pooled"] < 1e-4
+        assert diffs["token_states_min_cosine"] > 1 - 1e-6 and diffs["pooled_min_cosine"] > 1 - 1e-6
+
+
+def test_assert_matches_hf_in_bfloat16_takes_the_callers_tolerance(random_bert):
+    with pytest.raises(ValueError, match=r"dtype='bfloat16'\): state the tolerance"):
+        assert_matches_hf(random_bert, TEXTS, dtype="bfloat16")
+    report = assert_matches_hf(random_bert, TEXTS, dtype=torch.bfloat16, min_cosine=0.99,
+                               attention_backends=("torch_sdpa",))
+    diffs = report["torch_sdpa"]
+    print(f"bfloat16: {diffs}")
+    assert 1e-4 < diffs["token_states"] and 0.99 <= diffs["token_states_min_cosine"] < 1 - 1e-6
+    with pytest.raises(AssertionError, match=r"backend 'torch_sdpa', dtype bfloat16: token states differ from HF: "
+                                             r"max abs diff \S+ \(text \d\) > atol 1e-05, min cosine 0\.9"):
+        assert_matches_hf(random_bert, TEXTS, dtype="bfloat16", atol=1e-5, attention_backends=("torch_sdpa",))
 
 
 def test_assert_matches_hf_fails_when_the_reference_differs(random_bert):
@@ -148,5 +215,10 @@ def test_assert_matches_hf_fails_when_the_reference_differs(random_bert):
     with torch.no_grad():
         weight = reference.encoder.layer[1].output.dense.weight
         weight.add_(0.05 * torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))
-    with pytest.raises(AssertionError, match=r"backend 'eager': token states of text 0 differ from HF: max abs diff"):
+    with pytest.raises(AssertionError, match=r"backend 'eager', dtype float32: token states differ from HF: max abs "
+                                             r"diff \S+ \(text \d\) > atol 0.0001, min cosine 0\.\d{6} \(text \d\)$"):
         assert_matches_hf(random_bert, TEXTS, hf_model=reference, attention_backends=("eager",))
+    with pytest.raises(AssertionError, match=r"token states differ from HF: max abs diff \S+ \(text \d\), min cosine "
+                                             r"0\.\d{6} \(text \d\) < min_cosine 0.999999$"):
+        assert_matches_hf(random_bert, TEXTS, hf_model=reference, atol=float("inf"), min_cosine=0.999999,
+                          attention_backends=("eager",))
