@@ -104,7 +104,7 @@ def test_sliding_window_caps_the_length(tmp_path):
     directory = save_random_decoder(tmp_path / "mistral", "mistral", num_hidden_layers=1, sliding_window=16)
     pipeline = assemble_pipeline(str(directory), device="cpu")
     assert pipeline.settings.max_model_len == 16
-    assert "capped at the model's sliding window (16)" in pipeline.reasons["max_model_len"]
+    assert "capped at the model's sliding window of 16 tokens" in pipeline.reasons["max_model_len"]
     assert assemble_pipeline(str(directory), max_model_len=8).settings.max_model_len == 8
     with pytest.raises(ValueError, match="max_model_len=32 exceeds the model's sliding window of 16"):
         assemble_pipeline(str(directory), max_model_len=32)

@@ -95,11 +95,9 @@ def has_marker(directory):
     return f"{MARKER} present" if (directory.path / MARKER).is_file() else None
 
 
-def mean_pooling_for_marked(settings, directory, args, reasons):
-    """The ``marked`` variant pools by mean unless the engine argument says otherwise."""
-    if args.pooling is None:
-        settings.pooling = "mean"
-        reasons["pooling"] = "marked variant: mean pooling"
+def mean_pooling_for_marked(propose, directory, args):
+    """The ``marked`` variant suggests mean pooling (the engine argument still wins)."""
+    propose.suggest("pooling", "mean", "marked variant: mean pooling")
 
 
 class MarkedVariant:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 DTYPES = ("auto", "float32", "float16", "bfloat16")
-POOLINGS = ("cls", "mean", "last", "max")
+POOLINGS = ("cls", "mean", "last", "max")  # the pooling names: engine argument, 1_Pooling files, poolers
 LONG_INPUTS = ("truncate", "error", "chunk")
 
 

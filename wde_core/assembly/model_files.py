@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wde_core.assembly.engine_args import POOLINGS
 from wde_core.plugins.registry import Registry
 
-POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "last",
-                 "pooling_mode_max_tokens": "max"}
+# sentence-transformers' 1_Pooling/config.json keys, in the order of POOLINGS (cls, mean, last, max)
+POOLING_MODES = dict(zip(("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_lasttoken",
+                          "pooling_mode_max_tokens"), POOLINGS))
 _ST6_POOLING = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
                 "max": "pooling_mode_max_tokens", "lasttoken": "pooling_mode_lasttoken"}
 _SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")

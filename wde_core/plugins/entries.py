@@ -66,8 +66,8 @@ class ArchitectureLink:
 
     ``defaults``: what the model family implies where the directory is silent (``LINK_DEFAULT_KEYS``).
     ``matches`` (with a ``variant`` name): ``function(directory)`` returns why the link applies, else it
-    does not; a matching variant wins over the plain link. ``configure``: ``function(settings, directory,
-    args, reasons)``, called after the core decided the model settings."""
+    does not; a matching variant wins over the plain link. ``configure``: ``function(propose, directory,
+    args)``, called before the core decides the model settings to propose candidates (``Proposals``)."""
 
     architecture: str
     task: str

@@ -9,8 +9,8 @@ import importlib.util
 import re
 from typing import Any
 
-from wde_core.plugins.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem, Task,
-                              Workflow, import_target)
+from wde_core.plugins.entries import (LINK_DEFAULT_KEYS, STAGES, ArchitectureLink, Component, ModelSource, Problem,
+                                      Task, Workflow, import_target)
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _METHOD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -131,12 +131,10 @@ class Registry:
         for wf in self.workflows.values():
             for stage, name in wf.stages().items():
                 if name is not None and name not in self.components[stage]:
-                    msg = f"workflow {wf.name!r} names unknown {stage.replace('_', ' ')} {name!r}"
-                    found.append(Problem(wf.provider, msg))
-        for link in self.links.values():
-            if link.workflow not in self.workflows:
-                msg = f"architecture {link.architecture!r} links to unknown workflow {link.workflow!r}"
-                found.append(Problem(link.provider, msg))
+                    found.append(Problem(wf.provider, f"workflow {wf.name!r} names unknown {stage.replace('_', ' ')} "
+                                                      f"{name!r}"))
+        found += [Problem(link.provider, f"architecture {link.architecture!r} links to unknown workflow {link.workflow!r}")
+                  for link in self.links.values() if link.workflow not in self.workflows]
         return found
 
     def check_imports(self) -> list[Problem]:

@@ -18,23 +18,19 @@ def trace_hook_calls(pm) -> None:
         return
     started: list[float] = []
 
-    def before(hook_name: str, impls, kwargs) -> None:
-        started.append(time.perf_counter())
-
     def after(outcome, hook_name: str, impls, kwargs) -> None:
         ms = (time.perf_counter() - started.pop()) * 1e3
         shown = ", ".join(f"{k}={_short(v)}" for k, v in kwargs.items() if not callable(v))
         plugins = ", ".join(impl.plugin_name for impl in impls) or "no plugin"
-        print(f"wde trace: {hook_name}({shown}) by {plugins}{_answer(outcome)} in {ms:.2f} ms", file=sys.stderr)
+        answer = outcome.exception and f" raised {outcome.exception!r}" or _answer(outcome.get_result())
+        print(f"wde trace: {hook_name}({shown}) by {plugins}{answer} in {ms:.2f} ms", file=sys.stderr)
 
-    pm.add_hookcall_monitoring(before, after)
+    pm.add_hookcall_monitoring(lambda *_: started.append(time.perf_counter()), after)
 
 
-def _answer(outcome) -> str:
-    if outcome.exception is not None:
-        return f" raised {outcome.exception!r}"
-    result = outcome.get_result()
-    return "" if result is None or result == [] or all(r is None for r in result or [None]) else f" -> {_short(result)}"
+def _answer(result: Any) -> str:
+    quiet = result is None or (isinstance(result, list) and all(r is None for r in result))
+    return "" if quiet else f" -> {_short(result)}"
 
 
 def _short(value: Any) -> str:

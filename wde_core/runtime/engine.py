@@ -31,14 +31,6 @@ class Engine(TaskMethods):
         self.pipeline = assemble_pipeline(model, **engine_args)
         self._build(self.pipeline)
 
-    @classmethod
-    def from_pipeline(cls, pipeline: Pipeline) -> "Engine":
-        """Build an engine from an already resolved :class:`Pipeline`."""
-        engine = cls.__new__(cls)
-        engine.pipeline = pipeline
-        engine._build(pipeline)
-        return engine
-
     def _build(self, p: Pipeline) -> None:
         if p.args.num_threads:
             torch.set_num_threads(p.args.num_threads)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from wde_core.assembly.engine_args import POOLINGS
 from wde_core.stages.model_input import ModelInput
 
 
@@ -44,7 +45,7 @@ def pool_max(hidden: torch.Tensor, model_input: ModelInput) -> torch.Tensor:
     return out.scatter_reduce_(0, index, hidden[pooled], "amax")
 
 
-POOLERS = {"cls": pool_cls, "mean": pool_mean, "last": pool_last, "max": pool_max}
+POOLERS = dict(zip(POOLINGS, (pool_cls, pool_mean, pool_last, pool_max)))  # POOLINGS: the one list of names
 
 
 ACTIVATIONS = {"sigmoid": torch.sigmoid, "identity": lambda logits: logits, "tanh": torch.tanh,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from wde_reranker.settings import choose_activation
+from wde_reranker.public import choose_activation
 
 
-def configure(settings, directory, args, reasons) -> None:
-    """Choose the activation as wde-reranker does, and record under ``attention`` how attention is computed."""
-    choose_activation(settings, directory, args, reasons)
-    reasons["attention"] = describe_attention(directory.config)
+def configure(propose, directory, args) -> None:
+    """Choose the activation as wde-reranker does, and note under ``attention`` how attention is computed."""
+    choose_activation(propose, directory, args)
+    propose.notes["attention"] = describe_attention(directory.config)
 
 
 def describe_attention(config) -> str:

@@ -11,7 +11,7 @@ import torch
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_gemma.model import GemmaEmbedder
-from wde_qwen2_bidir.llm_rerank import AnswerRows, names_of
+from wde_qwen2_bidir.public import AnswerRows, names_of, require_answer_at_last_token
 
 # FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
 PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
@@ -27,17 +27,15 @@ def is_bge_gemma_reranker(directory) -> str | None:
     return None
 
 
-def configure_bge_gemma(settings, directory, args, reasons: dict[str, str]) -> None:
-    """Causal attention, last-token pooling, sigmoid, and the id of "Yes" (``settings.extras``)."""
+def configure_bge_gemma(propose, directory, args) -> None:
+    """Causal attention, last-token pooling, sigmoid, and the id of "Yes" (``extras``)."""
     from transformers import AutoTokenizer
 
+    require_answer_at_last_token(propose, "Yes or No")
     tokenizer = AutoTokenizer.from_pretrained(directory.path)
-    settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"
-    settings.extras["answer_token_ids"] = [tokenizer("Yes", add_special_tokens=False)["input_ids"][0]]
-    reasons["causal"] = "causal attention: an LLM reranker reads its prompt as the language model does"
-    reasons["pooling"] = "last token: the position where the model answers Yes or No"
-    reasons["activation"] = (f"sigmoid(logit('Yes')) at the last token (token id "
-                             f"{settings.extras['answer_token_ids'][0]}), FlagLLMReranker's score with normalize=True")
+    ids = propose.extras["answer_token_ids"] = [tokenizer("Yes", add_special_tokens=False)["input_ids"][0]]
+    propose.require("activation", "sigmoid", f"sigmoid(logit('Yes')) at the last token (token id {ids[0]}), "
+                                             "FlagLLMReranker's score with normalize=True")
 
 
 class GemmaYesReranker(AnswerRows, GemmaEmbedder):

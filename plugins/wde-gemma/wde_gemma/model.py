@@ -17,12 +17,10 @@ _LAYER = re.compile(r"^layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.(weight|bias)$")
 _NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
 
 
-def configure(settings, directory, args, reasons) -> None:
+def configure(propose, directory, args) -> None:
     """Attention is bidirectional when ``use_bidirectional_attention`` is set (EmbeddingGemma), else causal."""
     bidirectional = bool(getattr(directory.config, "use_bidirectional_attention", False))
-    settings.causal = not bidirectional
-    reasons["causal"] = (f"{'bidirectional' if bidirectional else 'causal'} attention: config.json "
-                         f"use_bidirectional_attention={bidirectional}")
+    propose.suggest("causal", not bidirectional, f"config.json use_bidirectional_attention={bidirectional}")
 
 
 def layer_types(config) -> list[str]:

@@ -3,7 +3,7 @@ pool as ``classifier_pooling`` says and pick the score activation as wde-reranke
 
 from __future__ import annotations
 
-from wde_reranker.settings import choose_activation
+from wde_reranker.public import choose_activation
 
 _POOLINGS = ("cls", "mean")
 
@@ -20,19 +20,18 @@ def describe_attention(config) -> str:
             f"RoPE theta {theta[LOCAL]:g}), through the attention backend's window")
 
 
-def configure_embed(settings, directory, args, reasons) -> None:
-    """Record how attention runs."""
-    reasons["attention"] = describe_attention(directory.config)
+def configure_embed(propose, directory, args) -> None:
+    """Note how attention runs."""
+    propose.notes["attention"] = describe_attention(directory.config)
 
 
-def configure_cross_encoder(settings, directory, args, reasons) -> None:
-    """Pool as the classification head does (``classifier_pooling``) unless the engine argument says otherwise;
-    the score activation as wde-reranker's cross-encoders; how attention runs."""
+def configure_cross_encoder(propose, directory, args) -> None:
+    """Suggest pooling as the classification head does (``classifier_pooling``; the engine argument still wins),
+    the score activation as wde-reranker's cross-encoders, and note how attention runs."""
     pooling = getattr(directory.config, "classifier_pooling", "cls")
     if pooling not in _POOLINGS:
         raise ValueError(f"ModernBERT: classifier_pooling={pooling!r} is not supported (only cls, mean)")
-    if args.pooling is None:
-        settings.pooling = pooling
-        reasons["pooling"] = f"config.json classifier_pooling ({pooling}), as ModernBertForSequenceClassification"
-    choose_activation(settings, directory, args, reasons)
-    configure_embed(settings, directory, args, reasons)
+    propose.suggest("pooling", pooling,
+                    f"config.json classifier_pooling ({pooling}), as ModernBertForSequenceClassification")
+    choose_activation(propose, directory, args)
+    configure_embed(propose, directory, args)

@@ -31,16 +31,18 @@ KNOWN_MODELS = (
 )
 
 
-def configure(settings, directory, args, reasons: dict[str, str]) -> None:
-    """Decide ``settings.causal`` (recording why), cap the length at a sliding window, check RoPE,
-    and record whether inputs end with EOS."""
+def configure(propose, directory, args) -> None:
+    """Propose causal or bidirectional attention (with why), cap the length at a sliding window, check RoPE,
+    and note whether inputs end with EOS."""
     rope_type(directory.config)  # refuse an unsupported RoPE before any weight is read
     bidirectional, why = decide_bidirectional(directory, args)
-    settings.causal = not bidirectional
-    reasons["causal"] = f"{'bidirectional' if bidirectional else 'causal'} attention: {why}"
-    cap_at_sliding_window(settings, directory.config, args, reasons)
+    propose.suggest("causal", not bidirectional, why)
+    window = sliding_window(directory.config)
+    if window is not None:
+        propose.length_limit = (window, f"the model's sliding window of {window} tokens, which wde does not "
+                                        "implement (longer inputs would attend beyond it)")
     if asks_for_eos(directory.path):
-        reasons["eos"] = "tokenizer_config.json add_eos_token=true: every input ends with EOS"
+        propose.notes["eos"] = "tokenizer_config.json add_eos_token=true: every input ends with EOS"
 
 
 def decide_bidirectional(directory, args) -> tuple[bool, str]:
@@ -88,17 +90,3 @@ def sliding_window(config) -> int | None:
     if not window or (layer_types is not None and "sliding_attention" not in layer_types):
         return None
     return int(window)
-
-
-def cap_at_sliding_window(settings, config, args, reasons: dict[str, str]) -> None:
-    """wde attends over whole sequences: inputs up to the window give the model's results exactly,
-    longer ones would not, so ``max_model_len`` is capped at the window (or refused if asked)."""
-    window = sliding_window(config)
-    if window is None or settings.max_model_len <= window:
-        return
-    if args.max_model_len is not None:
-        raise ValueError(f"engine argument max_model_len={args.max_model_len} exceeds the model's sliding "
-                         f"window of {window} tokens, which wde does not implement; pass max_model_len <= {window}")
-    settings.max_model_len = window
-    reasons["max_model_len"] = (f"{reasons.get('max_model_len', '')}, capped at the model's sliding window "
-                                f"({window}): longer inputs would attend beyond it").lstrip(", ")

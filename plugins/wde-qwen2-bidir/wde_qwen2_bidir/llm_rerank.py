@@ -46,17 +46,23 @@ def answer_token_ids(path) -> list[int]:
     return ids
 
 
-def configure_rerank(settings, directory, args, reasons: dict[str, str]) -> None:
-    """Causal attention, last-token pooling, sigmoid, and the yes/no token ids (in ``settings.extras``)."""
+def require_answer_at_last_token(propose, answers: str) -> None:
+    """What every LLM reranker needs, refusing engine arguments that ask otherwise: causal attention, the last
+    token pooled (where the model answers), no normalization."""
+    propose.require("causal", True, "an LLM reranker reads its prompt as the language model does")
+    propose.require("pooling", "last", f"last token: the position where the model answers {answers}")
+    propose.require("normalize", False, "a reranker's answer logits are scores, not vectors to normalize")
+
+
+def configure_rerank(propose, directory, args) -> None:
+    """Causal attention, last-token pooling, sigmoid, and the yes/no token ids (in ``extras``)."""
     from wde_core.plugin_api import rope_type
 
     rope_type(directory.config)
-    settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"
-    reasons["causal"] = "causal attention: an LLM reranker reads its prompt as the language model does"
-    reasons["pooling"] = "last token: the position where the model answers yes or no"
-    settings.extras["answer_token_ids"] = answer_token_ids(directory.path)
-    reasons["activation"] = (f"sigmoid(logit('yes') - logit('no')) at the last token (token ids "
-                             f"{settings.extras['answer_token_ids']}), as Qwen3-Reranker's model card scores")
+    require_answer_at_last_token(propose, "yes or no")
+    ids = propose.extras["answer_token_ids"] = answer_token_ids(directory.path)
+    propose.require("activation", "sigmoid", f"sigmoid(logit('yes') - logit('no')) at the last token (token ids "
+                                             f"{ids}), as Qwen3-Reranker's model card scores")
 
 
 class AnswerRows:

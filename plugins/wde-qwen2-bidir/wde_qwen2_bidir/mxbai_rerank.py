@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_qwen2_bidir import prompts as p
-from wde_qwen2_bidir.llm_rerank import names_of
+from wde_qwen2_bidir.llm_rerank import names_of, require_answer_at_last_token
 
 
 def is_mxbai_reranker(directory) -> str | None:
@@ -20,21 +20,18 @@ def is_mxbai_reranker(directory) -> str | None:
     return None
 
 
-def configure_mxbai(settings, directory, args, reasons: dict[str, str]) -> None:
-    """Causal attention, last-token pooling, sigmoid, and the ids of "1" and "0" (``settings.extras``)."""
+def configure_mxbai(propose, directory, args) -> None:
+    """Causal attention, last-token pooling, sigmoid, and the ids of "1" and "0" (``extras``)."""
     from transformers import AutoTokenizer
 
     from wde_core.plugin_api import rope_type
 
     rope_type(directory.config)
-    settings.causal, settings.pooling, settings.normalize, settings.activation = True, "last", False, "sigmoid"
+    require_answer_at_last_token(propose, "1 or 0")
     tokenizer = AutoTokenizer.from_pretrained(directory.path)
-    ids = [tokenizer(answer, add_special_tokens=False)["input_ids"][0] for answer in ("1", "0")]
-    settings.extras["answer_token_ids"] = ids
-    reasons["causal"] = "causal attention: an LLM reranker reads its prompt as the language model does"
-    reasons["pooling"] = "last token: the position where the model answers 1 or 0"
-    reasons["activation"] = (f"sigmoid(logit('1') - logit('0')) at the last token (token ids {ids}), the "
-                             "mxbai-rerank package's logits through a sigmoid")
+    ids = propose.extras["answer_token_ids"] = [tokenizer(a, add_special_tokens=False)["input_ids"][0] for a in "10"]
+    propose.require("activation", "sigmoid", f"sigmoid(logit('1') - logit('0')) at the last token (token ids {ids}), "
+                                             "the mxbai-rerank package's logits through a sigmoid")
 
 
 class MxbaiRerankTokenizer(HFTokenizer):

@@ -22,7 +22,7 @@ def has_several_labels(directory) -> str | None:
     return f"num_labels == {n}: a classifier" if n > 1 else None
 
 
-def choose_activation(settings, directory, args, reasons) -> None:
+def choose_activation(propose, directory, args) -> None:
     """Scores: the activation sentence-transformers' config names, else sigmoid for one label;
     labels: softmax, or sigmoid for multi-label models."""
     config = directory.config
@@ -30,15 +30,15 @@ def choose_activation(settings, directory, args, reasons) -> None:
         or getattr(config, "sbert_ce_default_activation_function", None)
     if num_labels(directory) > 1:
         multi = getattr(config, "problem_type", None) == "multi_label_classification"
-        settings.activation = "sigmoid" if multi else "softmax"
-        reasons["activation"] = "multi-label classifier: sigmoid per label" if multi else "softmax over labels"
+        propose.suggest("activation", "sigmoid" if multi else "softmax",
+                        "multi-label classifier: sigmoid per label" if multi else "softmax over labels")
     elif st_path:
         name = str(st_path).rsplit(".", 1)[-1]
         if name not in _ST_ACTIVATIONS:
             raise ValueError(f"model {directory.name!r}: unsupported score activation {st_path!r} in config.json; "
                              f"supported: {', '.join(sorted(_ST_ACTIVATIONS))}")
-        settings.activation = _ST_ACTIVATIONS[name]
-        reasons["activation"] = f"config.json sentence_transformers activation_fn {st_path}"
+        propose.suggest("activation", _ST_ACTIVATIONS[name],
+                        f"config.json sentence_transformers activation_fn {st_path}")
     else:
-        settings.activation = "sigmoid"
-        reasons["activation"] = "single logit: sigmoid (as sentence-transformers' CrossEncoder and TEI)"
+        propose.suggest("activation", "sigmoid",
+                        "single logit: sigmoid (as sentence-transformers' CrossEncoder and TEI)")
