@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -137,3 +140,93 @@ def register_plugin():
 
     yield make
     reset_plugin_host(previous)
+
+
+# --- CI=true: no silent skips ---------------------------------------------------------------------------------
+# Under CI (.ci/run exports CI=true) a test skipped for a missing dependency or toolchain FAILS: a tier must not
+# pass because something was not installed. Only a skip for hardware this machine lacks stays a skip: its reason
+# names CUDA or GPUs ("needs a CUDA device", "needs 2 CUDA devices") or AVX-512, and the machine really has no
+# (or too few) CUDA devices / no AVX-512. A reason naming hardware that is present was about something else
+# ("needs CUDA and flash-attn" on a CUDA machine means flash-attn is missing; "needs an AVX-512 CPU, a C++
+# compiler and ninja" on an AVX-512 CPU means the toolchain is missing): those fail.
+CI_SKIP_MESSAGE = "CI=true: skipped for a missing dependency: {reason}"
+
+
+def ci_enforced() -> bool:
+    """Whether this run fails skips for missing dependencies: ``CI`` is ``true`` (or ``1``, ``yes``)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing_hardware(reason: str) -> bool:
+    """Whether a skip's ``reason`` names hardware this machine lacks: ``N`` CUDA devices or GPUs, a CUDA device
+    (or GPU), an AVX-512 CPU."""
+    import torch
+
+    text = reason.lower()
+    if count := re.search(r"(\d+) (?:cuda devices|gpus)\b", text):
+        return torch.cuda.device_count() < int(count.group(1))
+    if "cuda" in text or "gpu" in text:
+        return not torch.cuda.is_available()
+    if "avx-512" in text or "avx512" in text:
+        return "AVX512" not in torch.backends.cpu.get_cpu_capability()
+    return False
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr  # a skip's is (path, line, "Skipped: reason")
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _fail_dependency_skip(report) -> None:
+    """Turn ``report`` (a test's or a collector's) into a failure when CI=true and it skipped for anything but
+    missing hardware (an xfail, also reported as skipped, is left alone)."""
+    if not report.skipped or hasattr(report, "wasxfail") or not ci_enforced():
+        return
+    reason = _skip_reason(report)
+    if not missing_hardware(reason):
+        report.outcome = "failed"
+        report.longrepr = CI_SKIP_MESSAGE.format(reason=reason)
+
+
+def module_marks(path: Path) -> set[str]:
+    """The marker names of a module's top-level ``pytestmark``, read from its source (a module that skips at
+    import never gets as far as a module object)."""
+    marks: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets) and node.value is not None:
+            marks |= {sub.attr for sub in ast.walk(node.value) if isinstance(sub, ast.Attribute)
+                      and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark"}
+    return marks
+
+
+def deselected_by_module_marks(collector) -> bool:
+    """Whether ``-m`` leaves out every test of ``collector`` (a module) by its ``pytestmark``: then a skip at its
+    import skips nothing this run would run (the tests and slow sessions collect test_ray.py, marked ``ray``,
+    without Ray installed; the tests session the ``slow`` GGUF modules without gguf)."""
+    from _pytest.mark.expression import Expression
+
+    expression, path = collector.config.option.markexpr, getattr(collector, "path", None)
+    if not expression or path is None or path.suffix != ".py" or not path.is_file():
+        return False
+    marks = module_marks(path)
+    return not Expression.compile(expression).evaluate(lambda name, **kwargs: name in marks)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """CI=true: a test skipped (in setup, call or teardown) for a missing dependency fails."""
+    report = yield
+    _fail_dependency_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_make_collect_report(collector):
+    """CI=true: a module skipped at import (``importorskip``, ``allow_module_level``) for a missing dependency is
+    a collection error, unless ``-m`` deselects all of it anyway."""
+    report = yield
+    if report.skipped and not deselected_by_module_marks(collector):
+        _fail_dependency_skip(report)
+    return report

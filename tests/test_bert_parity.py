@@ -86,7 +86,22 @@ def test_unnormalized_cls_is_the_raw_first_token_state(bert_case):
     assert np.abs(ours - expected[0, 0].numpy()).max() <= TOL
 
 
-def test_backends_agree_with_each_other(tiny_st_bert_dir):
-    texts = [("lorem ipsum " * k).strip() for k in range(1, 40, 3)]
-    outputs = [Engine(str(tiny_st_bert_dir), device="cpu", attention_backend=b).encode(texts) for b in BACKENDS]
-    assert np.abs(outputs[0] - outputs[1]).max() <= 1e-5
+def test_every_backend_matches_hf_and_the_others(tiny_st_bert_dir):
+    """Each backend's mean-pooled, normalized embeddings (the directory's sentence-transformers settings) against
+    HF ``BertModel`` states pooled here, and every backend against the first."""
+    texts = [("lorem ipsum " * k).strip() for k in range(1, 40, 3)]  # the longest are cut at 128 tokens
+    engines = {b: Engine(str(tiny_st_bert_dir), device="cpu", attention_backend=b) for b in BACKENDS}
+    outputs = {b: engine.encode(texts) for b, engine in engines.items()}
+    assert engines[BACKENDS[0]].pipeline.settings.max_model_len == 128
+    reference = BertModel.from_pretrained(tiny_st_bert_dir, attn_implementation="eager").eval()
+    batch = AutoTokenizer.from_pretrained(tiny_st_bert_dir)(texts, padding=True, truncation=True, max_length=128,
+                                                            return_tensors="pt")
+    with torch.no_grad():
+        states = reference(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    assert len(outputs) == len(BACKENDS) >= 2
+    for backend, ours in outputs.items():
+        assert ours.shape == expected.shape
+        assert np.abs(ours - expected).max() <= TOL, f"{backend} differs from HF"
+        assert np.abs(ours - outputs[BACKENDS[0]]).max() <= 1e-5, f"{backend} differs from {BACKENDS[0]}"

@@ -14,7 +14,7 @@ from decoder_fixtures import VOCAB, write_decoder_tokenizer
 from conftest import CPU_BACKENDS
 from wde_core import Engine, assemble_pipeline
 from wde_core.cli.main import cli
-from wde_qwen2_bidir.prompts import RERANK_PREFIX, RERANK_SUFFIX, qwen3_rerank_body, qwen3_rerank_text
+from wde_qwen2_bidir.prompts import qwen3_rerank_text
 
 BACKENDS = CPU_BACKENDS
 TOL = 1e-4
@@ -22,6 +22,22 @@ PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),
          ("what is a panda?", "Paris is the capital of France."),
          ("how do rotary embeddings work", "RoPE rotates query and key vectors by angles that depend on position."),
          ("yes or no", "no")]
+# The reference prompt, written out as Qwen3-Reranker's model card gives it (huggingface.co/Qwen/Qwen3-Reranker-0.6B,
+# "Transformers Usage"), sharing nothing with the plugin: prefix + format_instruction(...) + suffix, tokenized apart.
+CARD_PREFIX = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+               "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n")
+CARD_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+CARD_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def format_instruction(instruction, query, doc):
+    """The model card's ``format_instruction``."""
+    if instruction is None:
+        instruction = CARD_TASK
+    return "<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {doc}".format(
+        instruction=instruction, query=query, doc=doc)
+
+
 CONFIG = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
               num_hidden_layers=2, max_position_embeddings=256, vocab_size=VOCAB + 8)
 
@@ -63,9 +79,9 @@ def reranker_case(request, tmp_path_factory):
 
 def hf_yes_minus_no(reference, tokenizer, query, document, instruction=None) -> float:
     """HF's logit("yes") - logit("no") at the last token of the prompt built as the model card does."""
-    prefix = tokenizer.encode(RERANK_PREFIX, add_special_tokens=False)
-    suffix = tokenizer.encode(RERANK_SUFFIX, add_special_tokens=False)
-    body = tokenizer(qwen3_rerank_body(query, document, instruction), add_special_tokens=False)["input_ids"]
+    prefix = tokenizer.encode(CARD_PREFIX, add_special_tokens=False)
+    suffix = tokenizer.encode(CARD_SUFFIX, add_special_tokens=False)
+    body = tokenizer(format_instruction(instruction, query, document), add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         logits = reference(input_ids=torch.tensor([prefix + body + suffix])).logits[0, -1]
     yes, no = tokenizer.convert_tokens_to_ids("yes"), tokenizer.convert_tokens_to_ids("no")
@@ -95,11 +111,8 @@ def test_instruction_and_prompt_text(reranker_case):
     assert np.abs(engine.score(PAIRS, raw_scores=True) - expected).max() <= TOL
     ranked = engine.rerank(PAIRS[0][0], [d for _, d in PAIRS])
     assert sorted(r["index"] for r in ranked) == [0, 1, 2, 3]
-    text = qwen3_rerank_text("q", "d")
-    assert text.startswith("<|im_start|>system\nJudge whether the Document meets the requirements based on the "
-                           "Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\"."
-                           "<|im_end|>\n<|im_start|>user\n<Instruct>: Given a web search query, retrieve ")
-    assert text.endswith("\n<Query>: q\n<Document>: d<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert qwen3_rerank_text("q", "d") == CARD_PREFIX + format_instruction(None, "q", "d") + CARD_SUFFIX
+    assert qwen3_rerank_text("q", "d", task) == CARD_PREFIX + format_instruction(task, "q", "d") + CARD_SUFFIX
 
 
 def test_only_two_head_rows_are_kept(reranker_case):

@@ -3,6 +3,8 @@ the ``WDE_PLUGINS`` allowlist, hook-free batches, and a walk over every hookspec
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import json
 import os
@@ -335,24 +337,49 @@ def test_the_per_batch_path_calls_no_hooks(isolated_host, tiny_bert_dir):
         undo()
 
 
-# --- every hookspec is documented, described and tested ----------------------------------------------
+# --- every hookspec is documented, described and implemented by a test plugin ------------------------------
 HOOKSPECS = sorted(n for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("wde_"))
 
 
-def other_test_sources() -> str:
-    """Every ``.py`` file under tests/ (plugins included, build copies not) except this one."""
-    here = Path(__file__).resolve()
-    files = [p for p in (ROOT / "tests").rglob("*.py")
-             if p.resolve() != here and "build" not in p.relative_to(ROOT / "tests").parts]
-    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+def hookimpls_in(path: Path) -> set[str]:
+    """The hooks a test file implements: ``@hookimpl``-decorated functions and methods (``@hookimpl``,
+    ``@hookimpl(...)``, ``@x.hookimpl``), and keyword arguments of ``in_process(...)`` (which wraps each value
+    in ``hookimpl``)."""
+    def is_hookimpl(decorator: ast.expr) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return (isinstance(target, ast.Name) and target.id == "hookimpl") or (
+            isinstance(target, ast.Attribute) and target.attr == "hookimpl")
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(is_hookimpl, node.decorator_list)):
+            found.add(node.name)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "in_process":
+            found |= {k.arg for k in node.keywords if k.arg}
+    return found
 
 
-def test_the_walk_finds_the_hookspecs():
+@functools.lru_cache(maxsize=1)
+def implemented_by_tests() -> dict[str, list[str]]:
+    """hook name -> the test files (tests/, tests/plugins/; build copies not) that implement it."""
+    implemented: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "build" not in path.relative_to(ROOT / "tests").parts:
+            for name in hookimpls_in(path):
+                implemented.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    return implemented
+
+
+def test_the_walks_find_the_hookspecs_and_the_implementations():
     assert {"wde_register_workflows", "wde_select_attention_backend", "wde_on_pipeline_assembled"} <= set(HOOKSPECS)
+    implemented = implemented_by_tests()
+    assert "tests/plugins/wde-example/wde_example/plugin.py" in implemented["wde_on_pipeline_assembled"]
+    assert "tests/test_plugins.py" in implemented["wde_get_default_model"]  # through in_process(...)
+    assert "wde_register_tokenizer" in implemented  # test_contracts' misspelt hook: found, and no hookspec
 
 
 @pytest.mark.parametrize("name", HOOKSPECS)
-def test_hookspec_is_documented_and_tested(name):
+def test_hookspec_is_documented_and_implemented_by_a_test_plugin(name):
     spec = getattr(hookspecs, name)
     guide = ROOT / "docs" / "plugin-guide.md"
     missing = []
@@ -362,6 +389,76 @@ def test_hookspec_is_documented_and_tested(name):
         missing.append("no docstring")
     if not guide.is_file() or name not in guide.read_text(encoding="utf-8"):
         missing.append(f"not in {guide.relative_to(ROOT)}")
-    if name not in other_test_sources():
-        missing.append("named by no test file under tests/ besides test_plugins.py")
+    if name not in implemented_by_tests():
+        missing.append("implemented by no test plugin under tests/ (an @hookimpl function or in_process(...))")
     assert missing == [], f"{name}: {'; '.join(missing)}"
+
+
+# The hooks no other test plugin implements, each with an effect checked below: a model reached as the default
+# model through a registered model source, whose own workflow uses a component from each stage hook.
+HOOKED_MODEL = "hooked/tiny-bert"
+
+
+def hooked_model_directory() -> str | None:
+    """The hooked plugin's model source: the directory ``WDE_TEST_HOOKED_MODEL`` names."""
+    return os.environ.get("WDE_TEST_HOOKED_MODEL")
+
+
+HOOKED = in_process(
+    wde_register_tokenizers=lambda register: register("hooked-tokenizer", "wde_core.stages.tokenizer:HFTokenizer"),
+    wde_register_model_input_builders=lambda register: register(
+        "hooked-flat", "wde_core.stages.model_input:FlatBatchBuilder"),
+    wde_register_attention_backends=lambda register: register(
+        "hooked-eager", "wde_core.attention.eager:EagerAttention"),
+    wde_register_executors=lambda register: register("hooked-sync", "wde_core.stages.executor:SyncExecutor"),
+    wde_register_workers=lambda register: register("hooked-worker", "wde_core.stages.worker:ModelWorker"),
+    wde_register_output_processors=lambda register: register(
+        "hooked-embedding", "wde_core.stages.output:EmbeddingOutputProcessor"),
+    wde_register_workflows=lambda register: register(workflow(
+        "hooked-embed", tokenizer="hooked-tokenizer", model_input_builder="hooked-flat", executor="hooked-sync",
+        worker="hooked-worker", output_processor="hooked-embedding", attention_backend="hooked-eager")),
+    wde_register_architectures=lambda register: register(ArchitectureLink(
+        "HookedBertModel", "embed", "hooked-embed", "wde_bert.model:BertEncoder")),
+    wde_register_model_sources=lambda register: register(HOOKED_MODEL, "test_plugins:hooked_model_directory"),
+    wde_get_default_model=lambda: HOOKED_MODEL,
+)
+
+
+def test_stage_hooks_model_sources_and_the_default_model_take_effect(monkeypatch, register_plugin, tiny_st_bert_dir,
+                                                                     tmp_path):
+    from transformers import AutoTokenizer, BertModel
+
+    directory = shutil.copytree(tiny_st_bert_dir, tmp_path / "hooked")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "architectures": ["HookedBertModel"]}))
+    monkeypatch.setenv("WDE_TEST_HOOKED_MODEL", str(directory))
+    monkeypatch.delenv("WDE_DEFAULT_MODEL", raising=False)
+    monkeypatch.delenv("WDE_ATTENTION_BACKEND", raising=False)
+    host = register_plugin(("hooked", HOOKED))
+    assert messages(host, "hooked") == []
+    assert host.hook.wde_get_default_model() == HOOKED_MODEL  # registered last, asked first
+
+    engine = Engine(device="cpu")  # no model named: the default model, found through the model source
+    pipeline = engine.pipeline
+    assert (pipeline.model.name, pipeline.model.path) == (HOOKED_MODEL, directory)
+    assert pipeline.model.found_by == "local copy registered by hooked"
+    assert pipeline.reasons["model"] == "no model given; the default model from the installed plugins"
+    assert (pipeline.workflow.name, pipeline.workflow.provider, pipeline.link.provider) == (
+        "hooked-embed", "hooked", "hooked")
+    chosen = {stage: (c.name, c.provider) for stage, c in pipeline.components.items()}
+    assert chosen == {
+        "input_processor": ("text", "wde-core"), "scheduler": ("token-budget", "wde-core"),
+        "engine_args": ("default", "wde-core"), "tokenizer": ("hooked-tokenizer", "hooked"),
+        "model_input_builder": ("hooked-flat", "hooked"), "attention_backend": ("hooked-eager", "hooked"),
+        "executor": ("hooked-sync", "hooked"), "worker": ("hooked-worker", "hooked"),
+        "output_processor": ("hooked-embedding", "hooked")}
+    assert pipeline.reasons["attention_backend"] == "workflow 'hooked-embed' pins it"
+
+    # the engine built from those components embeds as HF does (mean pooling, normalized: the directory's files)
+    texts = ["hooks all the way down", "a default model from a registered source"]
+    batch = AutoTokenizer.from_pretrained(directory)(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = BertModel.from_pretrained(directory, attn_implementation="eager").eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    np.testing.assert_allclose(engine.encode(texts), expected, atol=1e-5)

@@ -19,6 +19,9 @@ from wde_qwen2_bidir.prompts import qwen3_query_prompt
 
 BACKENDS = CPU_BACKENDS
 TOL = 1e-4
+# Qwen3-Embedding's query prompt as its config_sentence_transformers.json gives it (huggingface.co/Qwen/
+# Qwen3-Embedding-0.6B), written out: the reference side must not share the plugin's qwen3_query_prompt
+CARD_QUERY_PROMPT = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
 LENGTHS = [1, 2, 7, 64, 13, 40, 3, 29, 64, 18]
 # name -> (class saved, config): GQA in both; head_dim not hidden/heads; the second of odd sizes with biases
 CONFIGS = {
@@ -62,7 +65,7 @@ def write_st_files(directory) -> None:
     (directory / "2_Normalize").mkdir()
     (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
     (directory / "config_sentence_transformers.json").write_text(json.dumps(
-        {"prompts": {"query": qwen3_query_prompt(), "document": ""}, "default_prompt_name": None,
+        {"prompts": {"query": CARD_QUERY_PROMPT, "document": ""}, "default_prompt_name": None,
          "similarity_fn_name": "cosine"}))
 
 
@@ -132,8 +135,7 @@ def test_instruct_prompt_matches_sentence_transformers(tmp_path):
     directory = save_random_qwen3(tmp_path / "qwen3-st", "base", seed=7, st_files=True)
     st = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
     engine = Engine(str(directory), device="cpu")
-    assert engine.pipeline.settings.prompts["query"] == "Instruct: " + (
-        "Given a web search query, retrieve relevant passages that answer the query\nQuery:")
+    assert engine.pipeline.settings.prompts["query"] == CARD_QUERY_PROMPT
     queries = ["how do rotary embeddings work", "what is a panda?"]
     documents = ["RoPE rotates query and key vectors by position-dependent angles.", "The giant panda is a bear."]
     for texts, prompt_name in ((queries, "query"), (documents, None)):
