@@ -1,12 +1,13 @@
 """wde-ray on a real local Ray (``ray.init(num_cpus=2)``, started here): embed/rerank parity with ``Engine`` on the
 2,000 wiki paragraphs with 2 actors, ``wde embed-dataset`` round trips, an actor killed mid-run, bad rows, and
-``wde serve --ray`` / ``serve_app`` answering from two replicas. Run by ``nox -s ray``."""
+``wde serve-ray`` / ``serve_app`` answering from two replicas. Run by ``nox -s ray``."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -251,14 +252,17 @@ def test_serve_app_answers_from_two_replicas_as_wde_serve_does(local_ray, wde_se
         serve.shutdown()
 
 
-def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, tmp_path):
+def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, tmp_path, monkeypatch):
     import httpx
-    from serve_process import ServeProcess
+    import serve_process
 
     texts, expected = wde_serve_answer
     address = ray.get_runtime_context().gcs_address
-    server = ServeProcess("--ray", "--replicas", "2", "--address", address, "--engine-arg", "num_threads=1",
-                          log=tmp_path / "serve.log", timeout=300)
+    # ServeProcess runs `wde serve ARGS`; this program runs `wde serve-ray ARGS` instead (argv: -c serve ARGS)
+    monkeypatch.setattr(serve_process, "WDE", [sys.executable, "-c", "import sys; from wde_core.cli.main import "
+                                               "main; main(['serve-ray', *sys.argv[2:]])"])
+    server = serve_process.ServeProcess("--replicas", "2", "--address", address, "--engine-arg", "num_threads=1",
+                                        log=tmp_path / "serve.log", timeout=300)
     try:
         deadline = time.monotonic() + 300
         while httpx.get(server.url + "/health", timeout=30).status_code != 200:
@@ -267,6 +271,15 @@ def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, 
         assert_same_as_wde_serve(ask_until_two_replicas(server.url, texts), expected)
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_serve_ray_is_wde_rays_command_and_wde_serve_points_there():
+    host = get_plugin_host()
+    host.register_commands(cli)
+    assert "serve-ray" in cli.commands and "wde-ray" in host.plugins
+    shown = CliRunner().invoke(cli, ["serve", "--ray", "--replicas", "2"])
+    assert shown.exit_code == 2 and "serving on Ray moved to wde-ray's command `wde serve-ray`" in shown.output
+    assert "--ray" not in CliRunner().invoke(cli, ["serve", "--help"]).output
 
 
 def save_random_bge_m3(directory) -> str:

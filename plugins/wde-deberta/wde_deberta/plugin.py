@@ -11,8 +11,8 @@ from wde_core.plugin_api import ArchitectureLink, hookimpl
 ARCHITECTURE = "DebertaV2ForSequenceClassification"
 MODEL = "wde_deberta.model:DebertaV2CrossEncoder"
 VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
-    ("rerank", "single-logit", "wde_reranker.settings:has_one_label", "rerank"),
-    ("classify", "several-labels", "wde_reranker.settings:has_several_labels", "classify"),
+    ("rerank", "single-logit", "wde_reranker.public:has_one_label", "rerank"),
+    ("classify", "several-labels", "wde_reranker.public:has_several_labels", "classify"),
 )
 
 

@@ -11,8 +11,8 @@ EMBEDDERS = {
     "ModernBertForMaskedLM": "ModernBERT encoder of an MLM checkpoint (the MLM head skipped)",
 }
 VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
-    ("rerank", "single-logit", "wde_reranker.settings:has_one_label", "rerank"),
-    ("classify", "several-labels", "wde_reranker.settings:has_several_labels", "classify"),
+    ("rerank", "single-logit", "wde_reranker.public:has_one_label", "rerank"),
+    ("classify", "several-labels", "wde_reranker.public:has_several_labels", "classify"),
 )
 
 

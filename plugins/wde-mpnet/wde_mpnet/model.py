@@ -7,7 +7,7 @@ import re
 import torch
 from torch import nn
 
-from wde_bert.model import BertLayer
+from wde_bert.public import BertLayer
 from wde_mpnet.attention import RelativeBiasAttention, RelativePositionBias
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")

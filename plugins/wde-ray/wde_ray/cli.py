@@ -1,4 +1,5 @@
-"""``wde embed-dataset``: embed the rows of JSON lines or Parquet files on Ray, writing Parquet."""
+"""``wde embed-dataset``: embed the rows of JSON lines or Parquet files on Ray, writing Parquet; ``wde serve-ray``:
+``wde serve``'s app from Ray Serve replicas."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 import click
 
 from wde_core.plugin_api import parse_engine_args
+from wde_server.public import ServerOptions, check_names, server_options
 
 
 @click.command("embed-dataset")
@@ -63,3 +65,26 @@ def embed_dataset(input_path, output_path, model, column, output_column, id_colu
 
             ray.shutdown()
     click.echo(f"wrote {output_path} in {time.perf_counter() - start:.1f} s", err=True)
+
+
+@click.command("serve-ray")
+@server_options
+@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Ray Serve replicas, each with its own engines.")
+@click.option("--address", default=None, help="The Ray cluster to join (default: RAY_ADDRESS, else a local Ray).")
+def serve_ray(models, host, port, names, engine_args, replicas, address, **limits) -> None:
+    """Serve MODELS as `wde serve` does (same routes, options and limits, per replica) from --replicas Ray Serve
+    replicas behind Serve's proxy on --host/--port; SIGTERM/SIGINT delete the application."""
+    from dataclasses import asdict
+
+    check_names(models, names)
+    try:
+        from wde_ray import serve as ray_serve
+    except ImportError as exc:
+        raise click.ClickException(f"wde serve-ray needs Ray Serve: pip install 'ray[serve]' ({exc})") from None
+    try:
+        app = ray_serve.serve_app(list(models) or [None], num_replicas=replicas, served_model_names=names,
+                                  **asdict(ServerOptions(**limits)), **parse_engine_args(engine_args))
+        ray_serve.run(app, host=host, port=port, address=address)
+    except (LookupError, ValueError, TypeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None

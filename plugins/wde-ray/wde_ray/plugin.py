@@ -1,4 +1,4 @@
-"""The wde-ray plugin: adds ``wde embed-dataset`` to the ``wde`` command line."""
+"""The wde-ray plugin: adds ``wde embed-dataset`` and ``wde serve-ray`` to the ``wde`` command line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from wde_core.plugin_api import hookimpl
 
 @hookimpl
 def wde_register_commands(cli):
-    """``wde embed-dataset``."""
-    from wde_ray.cli import embed_dataset
+    """``wde embed-dataset`` and ``wde serve-ray``."""
+    from wde_ray.cli import embed_dataset, serve_ray
 
     cli.add_command(embed_dataset)
+    cli.add_command(serve_ray)

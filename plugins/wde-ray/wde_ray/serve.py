@@ -1,5 +1,6 @@
-"""Online serving on Ray Serve: :func:`serve_app` wraps ``wde_server.create_app`` as a deployment whose
-replicas each build the same app (same routes, limits and errors as ``wde serve``); :func:`run` starts it."""
+"""Online serving on Ray Serve: :func:`serve_app` wraps wde-server's ``create_app`` as a deployment whose
+replicas each build the same app (same routes, limits and errors as ``wde serve``); :func:`run` starts it
+(``wde serve-ray``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class WdeReplica:
 
     def __serve_build_asgi_app__(self) -> Any:
         """The ``wde serve`` app, each response naming the replica that answered in ``x-wde-replica``."""
-        from wde_server import ServerOptions, create_app
+        from wde_server.public import ServerOptions, create_app
 
         app = create_app(self.models, ServerOptions(**self.options), served_model_names=self.names,
                          **self.engine_args)
@@ -54,7 +55,7 @@ class ReplicaHeader:
 
 def split_options(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(server options, engine arguments)``: the ``ServerOptions`` fields, and everything else."""
-    from wde_server import ServerOptions
+    from wde_server.public import ServerOptions
 
     fields = {f.name for f in dataclasses.fields(ServerOptions)}
     return ({k: v for k, v in kwargs.items() if k in fields}, {k: v for k, v in kwargs.items() if k not in fields})
@@ -68,7 +69,7 @@ def serve_app(models: Sequence[str | None] = (None,), *, num_replicas: int = 1,
     ``autoscaling_config``), each with ``num_cpus``/``num_gpus``. ``server_options`` are ``ServerOptions`` fields
     (``api_key``, ``max_client_batch_size``, ...) and engine arguments; pass it to ``serve.run``."""
     options, engine_args = split_options(server_options)
-    from wde_server import ServerOptions
+    from wde_server.public import ServerOptions
 
     ServerOptions(**options)  # refuse bad limits here, not in every replica
     scale = {"autoscaling_config": autoscaling_config} if autoscaling_config else {"num_replicas": num_replicas}

@@ -8,7 +8,7 @@ import copy
 import torch
 from torch import nn
 
-from wde_bert.model import BertEmbeddings, BertEncoder
+from wde_bert.public import BertEmbeddings, BertEncoder
 from wde_core.plugin_api import Linear
 
 

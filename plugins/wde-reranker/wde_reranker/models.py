@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wde_bert.model import BertEncoder
+from wde_bert.public import BertEncoder
 from wde_core.plugin_api import Linear
-from wde_xlm_roberta.model import XLMRobertaEncoder
+from wde_xlm_roberta.public import XLMRobertaEncoder
 
 
 class BertCrossEncoder(BertEncoder):

@@ -30,8 +30,8 @@ def wde_register_architectures(register):
 
 CROSS_ENCODERS = ("GteForSequenceClassification", "NomicBertForSequenceClassification")
 VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
-    ("rerank", "single-logit", "wde_reranker.settings:has_one_label", "rerank"),
-    ("classify", "several-labels", "wde_reranker.settings:has_several_labels", "classify"),
+    ("rerank", "single-logit", "wde_reranker.public:has_one_label", "rerank"),
+    ("classify", "several-labels", "wde_reranker.public:has_several_labels", "classify"),
 )
 
 
@@ -44,7 +44,7 @@ def register_cross_encoders(register):
                 architecture=architecture, task=task, workflow=workflow,
                 model="wde_rope_encoders.model:RopeCrossEncoder",
                 defaults={"pooling": "cls", "normalize": False}, variant=variant, matches=matches,
-                configure="wde_reranker.settings:choose_activation",
+                configure="wde_reranker.public:choose_activation",
                 description=f"{architecture[:-len('ForSequenceClassification')]} cross-encoder ({variant}): {task}; "
                             "first token -> dense + tanh -> classifier",
             ))

@@ -9,50 +9,77 @@ import click
 from wde_core.plugin_api import parse_engine_args
 
 
+# what `wde serve` shares with the commands that serve its app elsewhere (wde-ray's `wde serve-ray`)
+SHARED_PARAMETERS = [
+    click.argument("models", nargs=-1),
+    click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one)."),
+    click.option("--port", default=8080, show_default=True, type=int),
+    click.option("--served-model-name", "names", multiple=True,
+                 help="Name clients use for the model at the same position (default: the model as given)."),
+    click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
+                 help="An engine argument for every model (as in wde inspect); VALUE is read as JSON, else as text."),
+    click.option("--max-client-batch-size", default=2048, show_default=True, type=int,
+                 help="Most inputs in one request (more: 413)."),
+    click.option("--payload-limit", default=2_000_000, show_default=True, type=int,
+                 help="Largest request body in bytes (more: 413)."),
+    click.option("--max-concurrent-requests", default=512, show_default=True, type=int,
+                 help="Inference requests served at once (more: 429 with Retry-After)."),
+    click.option("--max-request-tokens", default=131_072, show_default=True, type=int,
+                 help="Most tokens in one request, all its inputs together (more: 413)."),
+    click.option("--max-output-floats", default=4_194_304, show_default=True, type=int,
+                 help="Most floats in one /embed_all response: tokens x dimensions (more: 413)."),
+    click.option("--request-timeout", default=None, type=float,
+                 help="Seconds a request may take before it is dropped (504); a request's X-Request-Timeout header "
+                      "may ask for less. Default: no deadline."),
+    click.option("--header-timeout", default=10.0, show_default=True, type=float,
+                 help="Seconds a connection may take to send its request headers (then it is closed)."),
+    click.option("--body-timeout", default=30.0, show_default=True, type=float,
+                 help="Seconds a request may take to send its body (then 408)."),
+    click.option("--graceful-timeout", default=30.0, show_default=True, type=float,
+                 help="Seconds SIGTERM waits for requests in flight before the server exits anyway."),
+    click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help='JSON {"keys": [{"name", "key", "requests_per_minute", "tokens_per_minute"}]}: named keys, '
+                      "each with its own limits."),
+    click.option("--api-key", envvar="WDE_API_KEY", default=None,
+                 help="Require 'Authorization: Bearer KEY' on every inference route (env WDE_API_KEY)."),
+    click.option("--protect-all", is_flag=True, help="Also require the key on /health, /metrics and /docs."),
+    click.option("--auto-truncate", is_flag=True,
+                 help="Cut over-long inputs where the request does not say (default: refuse them, 422)."),
+    click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
+                 help="Texts (.txt lines or .jsonl 'text') whose embeddings set the int8/uint8 ranges."),
+]
+
+
+def server_options(command):
+    """Decorator: MODELS and the options of ``wde serve`` that other serving commands share (``--host``,
+    ``--port``, names, engine arguments, limits, keys); they reach the command as keyword arguments."""
+    for parameter in reversed(SHARED_PARAMETERS):
+        command = parameter(command)
+    return command
+
+
+def refuse_moved_ray_flags(ctx, param, value):
+    """``--ray``, ``--replicas`` and ``--address`` served through Ray Serve: wde-ray's ``wde serve-ray`` does now."""
+    if value not in (None, False):
+        raise click.UsageError(f"{param.opts[0]}: serving on Ray moved to wde-ray's command `wde serve-ray` "
+                               "(same options, plus --replicas and --address; pip install wde-ray)")
+
+
+def check_names(models, names) -> None:
+    """At most one ``--served-model-name`` per model."""
+    if len(names) > max(len(models), 1):
+        raise click.BadParameter(f"{len(names)} names for {max(len(models), 1)} model(s)",
+                                 param_hint="--served-model-name")
+
+
 @click.command("serve")
-@click.argument("models", nargs=-1)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
-@click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--served-model-name", "names", multiple=True,
-              help="Name clients use for the model at the same position (default: the model as given).")
-@click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
-              help="An engine argument for every model (as in wde inspect); VALUE is read as JSON, else as text.")
-@click.option("--max-client-batch-size", default=2048, show_default=True, type=int,
-              help="Most inputs in one request (more: 413).")
-@click.option("--payload-limit", default=2_000_000, show_default=True, type=int,
-              help="Largest request body in bytes (more: 413).")
-@click.option("--max-concurrent-requests", default=512, show_default=True, type=int,
-              help="Inference requests served at once (more: 429 with Retry-After).")
-@click.option("--max-request-tokens", default=131_072, show_default=True, type=int,
-              help="Most tokens in one request, all its inputs together (more: 413).")
-@click.option("--max-output-floats", default=4_194_304, show_default=True, type=int,
-              help="Most floats in one /embed_all response: tokens x dimensions (more: 413).")
-@click.option("--request-timeout", default=None, type=float,
-              help="Seconds a request may take before it is dropped (504); a request's X-Request-Timeout header "
-                   "may ask for less. Default: no deadline.")
-@click.option("--header-timeout", default=10.0, show_default=True, type=float,
-              help="Seconds a connection may take to send its request headers (then it is closed).")
-@click.option("--body-timeout", default=30.0, show_default=True, type=float,
-              help="Seconds a request may take to send its body (then 408).")
-@click.option("--graceful-timeout", default=30.0, show_default=True, type=float,
-              help="Seconds SIGTERM waits for requests in flight before the server exits anyway.")
-@click.option("--key-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help='JSON {"keys": [{"name", "key", "requests_per_minute", "tokens_per_minute"}]}: named keys, '
-                   "each with its own limits.")
-@click.option("--api-key", envvar="WDE_API_KEY", default=None,
-              help="Require 'Authorization: Bearer KEY' on every inference route (env WDE_API_KEY).")
-@click.option("--protect-all", is_flag=True, help="Also require the key on /health, /metrics and /docs.")
-@click.option("--auto-truncate", is_flag=True,
-              help="Cut over-long inputs where the request does not say (default: refuse them, 422).")
-@click.option("--calibration", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Texts (.txt lines or .jsonl 'text') whose embeddings set the int8/uint8 ranges.")
+@server_options
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-@click.option("--ray", "on_ray", is_flag=True, help="Serve through Ray Serve, in --replicas replicas (needs wde-ray).")
-@click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=1), help="With --ray: replicas.")
-@click.option("--address", default=None, help="With --ray: the Ray cluster to join (default: RAY_ADDRESS, else a "
-                                              "local Ray).")
-def serve(models, host, port, names, engine_args, log_level, on_ray, replicas, address, **limits) -> None:
+@click.option("--ray", is_flag=True, hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
+@click.option("--replicas", hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
+@click.option("--address", hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
+def serve(models, host, port, names, engine_args, log_level, **limits) -> None:
     """Serve MODELS (default: the embedded default model) over HTTP: OpenAI, Cohere, Jina, TEI and vLLM
     routes; a request's `model` field (TEI routes: ?model=) picks the model. Docs at /docs."""
     import uvicorn
@@ -61,14 +88,9 @@ def serve(models, host, port, names, engine_args, log_level, on_ray, replicas, a
     from wde_server.options import ServerOptions
     from wde_server.process import protocol_with_header_timeout, tune_allocator
 
-    if len(names) > max(len(models), 1):
-        raise click.BadParameter(f"{len(names)} names for {max(len(models), 1)} model(s)",
-                                 param_hint="--served-model-name")
+    check_names(models, names)
     try:
         options = ServerOptions(**limits)
-        if on_ray or replicas > 1 or address:
-            return serve_on_ray(models, names, options, parse_engine_args(engine_args), on_ray=on_ray,
-                                replicas=replicas, address=address, host=host, port=port)
         applied = tune_allocator()  # before the engines' threads start
         app = create_app(list(models) or [None], options, served_model_names=names,
                          **parse_engine_args(engine_args))
@@ -82,17 +104,3 @@ def serve(models, host, port, names, engine_args, log_level, on_ray, replicas, a
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=options.graceful_timeout,
                 limit_concurrency=None, access_log=False, http=protocol_with_header_timeout(options.header_timeout))
 
-
-def serve_on_ray(models, names, options, engine_args, *, on_ray, replicas, address, host, port) -> None:
-    """``wde serve --ray``: the same app as a Ray Serve deployment of ``replicas`` replicas (``wde_ray.serve_app``)."""
-    if not on_ray:
-        raise click.UsageError("--replicas and --address serve through Ray: add --ray")
-    try:
-        from wde_ray import serve as ray_serve
-    except ImportError as exc:
-        raise click.ClickException(f"--ray needs the wde-ray plugin and Ray: pip install wde-ray ({exc})") from None
-    from dataclasses import asdict
-
-    app = ray_serve.serve_app(list(models) or [None], num_replicas=replicas, served_model_names=names,
-                              **asdict(options), **engine_args)
-    ray_serve.run(app, host=host, port=port, address=address)

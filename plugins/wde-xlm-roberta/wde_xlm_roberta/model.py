@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wde_bert.model import BertEncoder
+from wde_bert.public import BertEncoder
 from wde_xlm_roberta.plugin import PADDING_IDX
 
 
