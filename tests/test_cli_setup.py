@@ -34,7 +34,8 @@ def test_ci_run_hands_its_arguments_to_nox(tmp_path):
         assert run.returncode == 0, run.stderr
         assert run.stdout.splitlines() == ["-s", "tests", "--", "-k", "cli and io"]
     # the virtualenv and nox are made on the first run only
-    assert (tmp_path / "log").read_text().splitlines() == ["python3 -m venv .ci-venv", "pip install -q nox"]
+    assert (tmp_path / "log").read_text().splitlines() == ["python3 -m venv .ci-venv",
+                                                           "pip install -q -c constraints.txt nox"]
     assert "bash .ci/run -s tests" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.slow
 SOAK_SECONDS, WARM_UP_SECONDS = float(os.environ.get("WDE_SOAK_SECONDS", 90)), 20.0
 MAX_TOKENS, MAXIMAL = 16_384, [" ".join(["word"] * 254)] * 64  # 64 x 256 tokens: exactly the limit
 # a 2-token request waits for the batch running when it arrives, then runs in the next: two batch times; with the
-# soak's own 64 clients on the same 2 cores a 4,096-token batch takes ~1 s, a 2,048-token one ~0.5 s (README)
+# soak's own 64 clients on the same 2 cores a 4,096-token batch takes ~1 s, a 2,048-token one ~0.5 s (docs/serving.md)
 BATCH_TOKENS = 2048
 HEAVY, QUITTERS, STALLERS = 4, 4, 4  # the other 52 clients mix the light routes
 BULK, INTERACTIVE = {"authorization": "Bearer k-bulk"}, {"authorization": "Bearer k-interactive"}
