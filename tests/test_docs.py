@@ -280,7 +280,7 @@ AGAINST_SERVER = {
 # Not run here, and why. Each is still parsed piece by piece (see the module docstring).
 NOT_RUN = {
     "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 . './plugins/wde-bert[default-model]' "
-    "./plugins/wde-batch && wde encode \"Hello, world\"":
+    "./plugins/wde-batch ./plugins/wde-cpu-kernels && wde encode \"Hello, world\"":
         "makes a virtualenv and installs torch and wde: minutes and the network (the same `wde encode` runs above, "
         "and its output is compared with what the Quick start says)",
     "bash .ci/run": "the whole CI: every test session, about half an hour",
