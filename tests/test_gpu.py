@@ -11,7 +11,7 @@ import torch
 from transformers import BertModel
 
 from conftest import save_random_bert
-from packed_reference import random_requests, reference_states
+from wde_plugin_kit.packed import random_requests, reference_states
 from wde_core import Engine, assemble_pipeline
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, XLMRobertaConfig,
                           XLMRobertaForSequenceClassification)
 
-from conftest import minilm_path, wiki_paragraphs, write_tokenizer
+from conftest import minilm_path, save_bert_classifier, wiki_paragraphs, write_tokenizer
 from wde_core import Engine
 from wde_core.cli.main import cli
 from wde_core.plugins.host import get_plugin_host
@@ -25,18 +25,6 @@ QUERY = "Which animal jumps over the dog?"
 DOCS = ["The quick brown fox jumps over the lazy dog.", "Stock markets fell sharply on Monday.",
         "A fox is a small omnivorous mammal.", "", "dogs " * 400, "The quick brown fox jumps over the lazy dog."]
 XLMR_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "sentencepiece.bpe.model")
-
-
-def save_bert_classifier(directory, *, num_labels=1, seed=0, **config):
-    torch.manual_seed(seed)
-    labels = {i: name for i, name in enumerate(["contradiction", "entailment", "neutral"][:num_labels])}
-    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=128, max_position_embeddings=96, type_vocab_size=2, num_labels=num_labels,
-                     **({"id2label": labels, "label2id": {v: k for k, v in labels.items()}} if num_labels > 1 else {}),
-                     **config)
-    BertForSequenceClassification(cfg).eval().save_pretrained(directory)
-    write_tokenizer(directory)
-    return directory
 
 
 def save_xlmr_classifier(directory, tokenizer_dir, *, num_labels=1, seed=0):

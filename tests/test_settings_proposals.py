@@ -5,12 +5,12 @@ silently dropped (Qwen3-Reranker, mxbai-rerank-v2 and bge-reranker-v2-gemma requ
 from __future__ import annotations
 
 import pytest
-from transformers import ModernBertForSequenceClassification
+from transformers import ModernBertConfig, ModernBertForSequenceClassification
 
-from test_llm_reranker import save_random_reranker
-from test_modernbert import save_modernbert
+from conftest import save_random_reranker
 from wde_core import assemble_pipeline
 from wde_core.assembly.settings import Proposals
+from wde_plugin_kit import save_random_model
 
 LLM_RERANKERS = {  # directory name, family, answer tokens, the words of the pooling reason
     "qwen3": ("Qwen3-Reranker-tiny", "Qwen3", ("yes", "no"), "yes or no"),
@@ -47,8 +47,14 @@ def test_an_llm_reranker_honours_the_pooling_it_requires(llm_reranker):
 
 
 def test_a_suggested_pooling_yields_to_the_engine_argument(tmp_path):
-    directory = save_modernbert(tmp_path / "ce", "base", model_class=ModernBertForSequenceClassification,
-                                num_labels=1, classifier_pooling="cls")
+    config = ModernBertConfig(vocab_size=100, pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0,
+                              sep_token_id=2, hidden_size=32, num_attention_heads=2, num_hidden_layers=4,
+                              intermediate_size=48, max_position_embeddings=64, local_attention=8,
+                              global_attn_every_n_layers=3, num_labels=1, initializer_range=0.1,
+                              classifier_pooling="cls")
+    config.architectures = ["ModernBertForSequenceClassification"]
+    directory = save_random_model(tmp_path / "ce", config, model_class=ModernBertForSequenceClassification,
+                                  tokenizer="bpe")
     suggested = assemble_pipeline(str(directory), device="cpu")
     assert suggested.settings.pooling == "cls"
     assert suggested.reasons["pooling"].startswith("config.json classifier_pooling (cls)")

