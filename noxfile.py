@@ -66,7 +66,7 @@ RAY = ["./plugins/wde-ray", "psutil"]
 def ray(session: nox.Session) -> None:
     """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
     install(session, *RAY, "pytest", "httpx")
-    session.run("pytest", "-m", "ray", "tests/test_ray.py", "--durations=10", *session.posargs)
+    session.run("pytest", "-m", "ray", "plugins/wde-ray/tests/test_ray.py", "--durations=10", *session.posargs)
 
 
 @nox.session(name="bench-ray")

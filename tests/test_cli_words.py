@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from test_reranker import save_bert_classifier
+from conftest import save_bert_classifier
 from wde_core import Engine
 from wde_core.cli import hints as cli_hints
 from wde_core.cli.main import WdeGroup, cli

@@ -291,8 +291,8 @@ NOT_RUN = {
     "--host 0.0.0.0 --port 8080 --engine-arg num_threads=8 --api-key \"$KEY\" --calibration corpus-sample.txt":
         "a server on every interface with a key from the environment; SERVER runs the same models",
     "wde serve-ray BAAI/bge-m3 --replicas 2 --address HEAD_IP:6379 --port 8080":
-        "needs wde-ray and a Ray cluster (tests/test_ray.py, the ray session, serves on Ray)",
-    "wde embed-dataset corpus.jsonl embedded/ --workers 2": "needs wde-ray and starts Ray (tests/test_ray.py runs it)",
+        "needs wde-ray and a Ray cluster (plugins/wde-ray/tests/test_ray.py, the ray session, serves on Ray)",
+    "wde embed-dataset corpus.jsonl embedded/ --workers 2": "needs wde-ray and starts Ray (plugins/wde-ray/tests/test_ray.py runs it)",
     "wde embed-dataset parquet-folder/ embedded/ --address HEAD_IP:6379 --workers 32 --num-cpus 4 --model BAAI/bge-m3 "
     "--on-error null --engine-arg dtype=bfloat16": "needs wde-ray and a Ray cluster",
     "nox -s bench": "a benchmark: minutes",
@@ -309,7 +309,7 @@ NOT_RUN = {
 
 # Python blocks not run, by a string each contains, and why.
 PYTHON_NOT_RUN = {
-    "wde_ray.embed(": "needs wde-ray and Ray (tests/test_ray.py checks embed and rerank on a local Ray)",
+    "wde_ray.embed(": "needs wde-ray and Ray (plugins/wde-ray/tests/test_ray.py checks embed and rerank on a local Ray)",
     "wde_ray.serve_app(": "needs wde-ray, Ray Serve and a GPU",
 }
 PYTHON_AGAINST_SERVER = ("OpenAI(base_url=",)

@@ -13,7 +13,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # distributions without a tests/ folder of their own, and why
 NO_TESTS = {
-    "wde-ray": "its tests (tests/test_ray.py, the `ray` nox session) are still being edited in tests/",
     "wde-data-parallel": "its executor is tested with the others in the core's tests/test_executors.py",
 }
 # the few non-public wde_core names plugin tests still need, (module, name) -> why

@@ -21,14 +21,16 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """``wde serve ARGS`` on 127.0.0.1; ``url`` once ``/health`` answers. Stop with :meth:`stop`."""
+    """``wde serve ARGS`` (or another serving ``command``, such as wde-ray's ``serve-ray``) on 127.0.0.1; ``url``
+    once ``/health`` answers. Stop with :meth:`stop`."""
 
-    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None, timeout: float = 180) -> None:
+    def __init__(self, *args: str, log: Path, env: dict[str, str] | None = None, timeout: float = 180,
+                 command: str = "serve") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "w")
-        self.proc = subprocess.Popen([*WDE, "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)],
+        self.proc = subprocess.Popen([*WDE, command, *args, "--host", "127.0.0.1", "--port", str(self.port)],
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})
         self.wait_ready(timeout)

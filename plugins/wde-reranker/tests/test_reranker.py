@@ -15,9 +15,8 @@ from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassificati
                           XLMRobertaForSequenceClassification)
 
 from conftest import minilm_path, save_bert_classifier, wiki_paragraphs, write_tokenizer
-from wde_core import Engine
+from wde_core import Engine, get_plugin_host
 from wde_core.cli.main import cli
-from wde_core.plugins.host import get_plugin_host
 
 TOL = 1e-4
 BACKENDS = ["torch_sdpa", "eager"]
@@ -241,7 +240,7 @@ def test_real_backbone_cross_encoder_on_wiki_pairs(minilm_ce):
 def test_async_engine_scores_reranks_and_classifies_concurrently(bert_ce, tmp_path):
     import asyncio
 
-    from wde_core.runtime.async_engine import AsyncEngine
+    from wde_core import AsyncEngine
 
     sync = Engine(str(bert_ce), device="cpu")
     queries = [QUERY, "markets", "fox", ""]

@@ -23,10 +23,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from conftest import WIKI  # noqa: E402
-from test_reranker import save_bert_classifier  # noqa: E402
-from wde_core import Engine  # noqa: E402
+from conftest import save_bert_classifier  # noqa: E402
+from wde_core import Engine, get_plugin_host  # noqa: E402
 from wde_core.cli.main import cli  # noqa: E402
-from wde_core.plugins.host import get_plugin_host  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -203,7 +202,7 @@ def embeddings_of(answer: dict) -> np.ndarray:
 def wde_serve_answer(rows) -> tuple[list[str], dict]:
     """What plain ``wde serve``'s app answers to /v1/embeddings (in process), checked against ``Engine``."""
     from starlette.testclient import TestClient
-    from wde_server import create_app
+    from wde_server.public import create_app
 
     texts = [r["text"] for r in rows if len(r["text"].split()) < 150][:8]  # within the OpenAI route's limit
     with TestClient(create_app([None], num_threads=1)) as client:
@@ -240,7 +239,7 @@ def assert_same_as_wde_serve(answers: list[tuple[str, dict]], expected: dict) ->
 def test_serve_app_answers_from_two_replicas_as_wde_serve_does(local_ray, wde_serve_answer):
     import wde_ray
     from ray import serve
-    from serve_process import free_port
+    from wde_plugin_kit.serve import free_port
 
     texts, expected = wde_serve_answer
     port = free_port()
@@ -252,17 +251,14 @@ def test_serve_app_answers_from_two_replicas_as_wde_serve_does(local_ray, wde_se
         serve.shutdown()
 
 
-def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, tmp_path, monkeypatch):
+def test_wde_serve_ray_replicas_on_a_given_cluster(local_ray, wde_serve_answer, tmp_path):
     import httpx
-    import serve_process
+    from wde_plugin_kit.serve import ServeProcess
 
     texts, expected = wde_serve_answer
     address = ray.get_runtime_context().gcs_address
-    # ServeProcess runs `wde serve ARGS`; this program runs `wde serve-ray ARGS` instead (argv: -c serve ARGS)
-    monkeypatch.setattr(serve_process, "WDE", [sys.executable, "-c", "import sys; from wde_core.cli.main import "
-                                               "main; main(['serve-ray', *sys.argv[2:]])"])
-    server = serve_process.ServeProcess("--replicas", "2", "--address", address, "--engine-arg", "num_threads=1",
-                                        log=tmp_path / "serve.log", timeout=300)
+    server = ServeProcess("--replicas", "2", "--address", address, "--engine-arg", "num_threads=1",
+                          log=tmp_path / "serve.log", timeout=300, command="serve-ray")
     try:
         deadline = time.monotonic() + 300
         while httpx.get(server.url + "/health", timeout=30).status_code != 200:
