@@ -1,4 +1,4 @@
-"""CI's own rules: under CI=true a skip for a missing dependency fails (tests/conftest.py's hooks) while a skip for
+"""CI's own rules: under CI=true a skip for a missing dependency fails (the root conftest.py's hooks) while a skip for
 missing hardware stays a skip; every install in noxfile.py goes through the one constraints file, which pins
 every reference library."""
 
@@ -99,7 +99,7 @@ def outcomes(directory: Path) -> dict[str, tuple[str, str]]:
 def test_under_ci_true_a_dependency_skip_fails_and_a_hardware_skip_stays(tmp_path):
     """The real conftest's hooks in a pytest run of its own (one subprocess, CI=true)."""
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: a tier of its own\n")
-    (tmp_path / "conftest.py").write_text(SHIM.format(conftest=str(ROOT / "tests" / "conftest.py")))
+    (tmp_path / "conftest.py").write_text(SHIM.format(conftest=str(ROOT / "conftest.py")))
     (tmp_path / "test_cases.py").write_text(CASES)
     (tmp_path / "test_module_dependency.py").write_text(MODULE_DEPENDENCY)
     (tmp_path / "test_other_tier.py").write_text(OTHER_TIER)
@@ -177,8 +177,9 @@ def test_only_missing_hardware_may_skip_under_ci(monkeypatch, reason, cuda_devic
 
 
 def test_module_marks_are_read_from_the_source():
-    assert module_marks(ROOT / "tests" / "test_ray.py") == {"ray"}  # assigned after its importorskip
-    assert module_marks(ROOT / "tests" / "test_decoder_real.py") == {"slow"}
+    plugin_tests = ROOT / "plugins"
+    assert module_marks(plugin_tests / "wde-ray" / "tests" / "test_ray.py") == {"ray"}  # set after its importorskip
+    assert module_marks(plugin_tests / "wde-qwen2-bidir" / "tests" / "test_decoder_real.py") == {"slow"}
     assert module_marks(ROOT / "tests" / "test_ci_policy.py") == set()
 
 
