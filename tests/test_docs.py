@@ -292,7 +292,8 @@ NOT_RUN = {
         "a server on every interface with a key from the environment; SERVER runs the same models",
     "wde serve-ray BAAI/bge-m3 --replicas 2 --address HEAD_IP:6379 --port 8080":
         "needs wde-ray and a Ray cluster (plugins/wde-ray/tests/test_ray.py, the ray session, serves on Ray)",
-    "wde embed-dataset corpus.jsonl embedded/ --workers 2": "needs wde-ray and starts Ray (plugins/wde-ray/tests/test_ray.py runs it)",
+    "wde embed-dataset corpus.jsonl embedded/ --workers 2":
+        "needs wde-ray and starts Ray (plugins/wde-ray/tests/test_ray.py runs it)",
     "wde embed-dataset parquet-folder/ embedded/ --address HEAD_IP:6379 --workers 32 --num-cpus 4 --model BAAI/bge-m3 "
     "--on-error null --engine-arg dtype=bfloat16": "needs wde-ray and a Ray cluster",
     "nox -s bench": "a benchmark: minutes",
