@@ -373,7 +373,8 @@ def module_marks(path: Path) -> set[str]:
     import never gets as far as a module object)."""
     marks: set[str] = set()
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
         if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets) and node.value is not None:
             marks |= {sub.attr for sub in ast.walk(node.value) if isinstance(sub, ast.Attribute)
                       and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark"}

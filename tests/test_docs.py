@@ -310,7 +310,8 @@ NOT_RUN = {
 
 # Python blocks not run, by a string each contains, and why.
 PYTHON_NOT_RUN = {
-    "wde_ray.embed(": "needs wde-ray and Ray (plugins/wde-ray/tests/test_ray.py checks embed and rerank on a local Ray)",
+    "wde_ray.embed(":
+        "needs wde-ray and Ray (plugins/wde-ray/tests/test_ray.py checks embed and rerank on a local Ray)",
     "wde_ray.serve_app(": "needs wde-ray, Ray Serve and a GPU",
 }
 PYTHON_AGAINST_SERVER = ("OpenAI(base_url=",)
