@@ -161,6 +161,45 @@ def save_bert_classifier(directory: Path, *, num_labels: int = 1, seed: int = 0,
     return directory
 
 
+def save_random_xlmr(directory, *, seed: int, **overrides):
+    """A random-weight HF ``XLMRobertaModel`` directory with a WordPiece tokenizer (ids never hit <pad>=1)."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    torch.manual_seed(seed)
+    config = XLMRobertaConfig(vocab_size=30522, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
+                              eos_token_id=2, **overrides)
+    XLMRobertaModel(config, add_pooling_layer=True).eval().save_pretrained(directory)
+    write_tokenizer(directory)
+    return directory
+
+
+def random_sequences(config, max_len: int, seed: int):
+    """One token sequence of every length ``1..max_len`` (shuffled), with token types where the model has them."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randperm(max_len, generator=generator) + 1
+    out = []
+    for n in lengths.tolist():
+        ids = torch.randint(0, config.vocab_size, (n,), generator=generator).tolist()
+        types = (torch.arange(n) >= n // 2).long().tolist() if config.type_vocab_size > 1 else None
+        out.append((ids, types))
+    return out
+
+
+def run_raw(engine, sequences):
+    """Raw logits of hand-made token sequences through the engine's scheduler, builder, worker and output stages."""
+    import numpy as np
+
+    from wde_core.plugin_api import Request, ScoreOptions
+
+    requests = [Request(i, f"seq{i}", ScoreOptions(raw_scores=True), token_ids=ids, token_type_ids=types)
+                for i, (ids, types) in enumerate(sequences)]
+    results = engine.run(requests)
+    return np.array([list(r.values()) if isinstance(r, dict) else [r] for r in results], dtype=np.float32)
+
+
 @pytest.fixture(scope="module")
 def m3_dir(e5_dirs, tmp_path_factory) -> Path:
     """The e5 XLM-R directory turned into a bge-m3 one: CLS pooling and the two head files."""

@@ -10,9 +10,9 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, BertModel, XLMRobertaConfig, XLMRobertaModel
+from transformers import AutoTokenizer, BertModel
 
-from conftest import write_tokenizer
+from conftest import save_random_xlmr
 from wde_core import AsyncEngine, Engine
 from wde_core.builtin import TASKS
 from wde_core.plugins.entries import import_target
@@ -101,16 +101,6 @@ def test_a_task_refuses_a_model_it_does_not_serve(tiny_bert_dir):
     with pytest.raises(TypeError, match=r"score\(\) serves the 'rerank' task, but model .* is served for the "
                                         r"'embed' task; use encode\(\) and embed_tokens\(\)"):
         engine.score([("q", "d")])
-
-
-def save_random_xlmr(directory, *, seed: int, **overrides):
-    """A random-weight HF ``XLMRobertaModel`` directory with a WordPiece tokenizer (ids never hit <pad>=1)."""
-    torch.manual_seed(seed)
-    config = XLMRobertaConfig(vocab_size=30522, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
-                              eos_token_id=2, **overrides)
-    XLMRobertaModel(config, add_pooling_layer=True).eval().save_pretrained(directory)
-    write_tokenizer(directory)
-    return directory
 
 
 @pytest.mark.parametrize("backend", ["torch_sdpa", "eager"])

@@ -10,31 +10,11 @@ import torch
 from transformers import (GteConfig, GteForSequenceClassification, NomicBertConfig,
                           NomicBertForSequenceClassification)
 
+from conftest import random_sequences, run_raw
 from wde_core import Engine
-from wde_core.plugin_api import Request, ScoreOptions
 from wde_plugin_kit import save_random_model
 
 TOL = 1e-4
-
-
-def random_sequences(config, max_len: int, seed: int):
-    """One token sequence of every length ``1..max_len`` (shuffled), with token types where the model has them."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randperm(max_len, generator=generator) + 1
-    out = []
-    for n in lengths.tolist():
-        ids = torch.randint(0, config.vocab_size, (n,), generator=generator).tolist()
-        types = (torch.arange(n) >= n // 2).long().tolist() if config.type_vocab_size > 1 else None
-        out.append((ids, types))
-    return out
-
-
-def run_raw(engine, sequences) -> np.ndarray:
-    """Raw logits of hand-made token sequences through the engine's scheduler, builder, worker and output stages."""
-    requests = [Request(i, f"seq{i}", ScoreOptions(raw_scores=True), token_ids=ids, token_type_ids=types)
-                for i, (ids, types) in enumerate(sequences)]
-    results = engine.run(requests)
-    return np.array([list(r.values()) if isinstance(r, dict) else [r] for r in results], dtype=np.float32)
 
 
 LABELS = ["contradiction", "entailment", "neutral"]

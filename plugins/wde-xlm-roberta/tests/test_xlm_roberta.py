@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer, XLMRobertaConfig, XLMRobertaModel
+from transformers import AutoModel, AutoTokenizer, XLMRobertaModel
 
-from conftest import CPU_BACKENDS, write_tokenizer
+from conftest import CPU_BACKENDS, save_random_xlmr, write_tokenizer
 from wde_plugin_kit.packed import random_requests, reference_states, wde_states
 from wde_core import Engine
 
@@ -42,16 +42,6 @@ MULTILINGUAL = [
     " ".join(["多语言文本嵌入模型的测试。"] * 60) + " 结束",  # longer than 512 tokens: truncated
     "Multilingual retrieval " * 300,  # longer than 512 tokens: truncated
 ]
-
-
-def save_random_xlmr(directory, *, seed: int, **overrides):
-    """A random-weight HF ``XLMRobertaModel`` directory with a WordPiece tokenizer (ids never hit <pad>=1)."""
-    torch.manual_seed(seed)
-    config = XLMRobertaConfig(vocab_size=30522, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
-                              eos_token_id=2, **overrides)
-    XLMRobertaModel(config, add_pooling_layer=True).eval().save_pretrained(directory)
-    write_tokenizer(directory)
-    return directory
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
