@@ -449,3 +449,94 @@ def pytest_make_collect_report(collector):
     if report.skipped and not deselected_by_module_marks(collector):
         _fail_dependency_skip(report)
     return report
+
+
+# --- image-text dual encoders (wde-clip): tiny random CLIP / SigLIP directories with their saved processors ---
+CLIP_BOS, CLIP_EOS = "<|startoftext|>", "<|endoftext|>"
+IMAGE_SIZE, PATCH = 30, 4  # 30 is not a multiple of 4: the patch grid is 7 x 7, the last 2 pixel rows/columns unused
+
+
+def write_clip_tokenizer(directory: Path, family: str, max_length: int) -> tuple[int, int]:
+    """The tiny BPE as the family's tokenizer: CLIP wraps a text in BOS/EOS; SigLIP appends EOS (and the
+    processor pads to ``max_length``). Returns the BOS and EOS ids."""
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer.from_str(_bpe_json())
+    tokenizer.add_special_tokens([CLIP_BOS, "<pad>"])
+    bos, eos = tokenizer.token_to_id(CLIP_BOS), tokenizer.token_to_id(CLIP_EOS)
+    template = f"{CLIP_BOS} $A {CLIP_EOS}" if family == "clip" else f"$A {CLIP_EOS}"
+    tokenizer.post_processor = processors.TemplateProcessing(single=template,
+                                                             special_tokens=[(CLIP_BOS, bos), (CLIP_EOS, eos)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=CLIP_BOS, eos_token=CLIP_EOS,
+                                   pad_token="<pad>", model_max_length=max_length)
+    fast.save_pretrained(directory)
+    return bos, eos
+
+
+def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, half: str | None = None,
+                     text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE, **vision) -> Path:
+    """A random ``CLIPModel`` / ``SiglipModel`` (``half="vision"`` or ``"text"``: the ``...VisionModel`` /
+    ``...TextModel`` half alone) with its tokenizer and image processor saved as the hub has them."""
+    import torch
+    import transformers
+
+    directory.mkdir(parents=True, exist_ok=True)
+    max_length = 77 if family == "clip" else 16
+    bos, eos = write_clip_tokenizer(directory, family, max_length)
+    text = dict(vocab_size=DECODER_VOCAB + 2, hidden_size=32, intermediate_size=37, num_hidden_layers=text_layers,
+                num_attention_heads=4, max_position_embeddings=max_length, bos_token_id=bos, eos_token_id=eos,
+                pad_token_id=eos)
+    vision = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=4,
+                  image_size=image_size, patch_size=PATCH, **vision)
+    prefix = {"clip": "CLIP", "siglip": "Siglip"}[family]
+    extra = {"projection_dim": 24} if family == "clip" else {}
+    config = getattr(transformers, f"{prefix}Config")(text_config=text, vision_config=vision, **extra)
+    torch.manual_seed(seed)
+    if half is None:
+        model = getattr(transformers, f"{prefix}Model")(config)
+    else:
+        part = config.vision_config if half == "vision" else config.text_config
+        suffix = "ModelWithProjection" if family == "clip" else "Model"
+        if family == "clip":
+            part.projection_dim = 24
+        model = getattr(transformers, f"{prefix}{half.capitalize()}{suffix}")(part)
+    with torch.no_grad():  # HF initializes norms to 1 and biases to 0: make them random too
+        for name, param in model.named_parameters():
+            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", ".bias", "probe")):
+                param.add_(torch.randn_like(param) * 0.1)
+    model.eval().save_pretrained(directory)
+    if family == "clip":
+        processor = transformers.CLIPImageProcessor(size={"shortest_edge": image_size},
+                                                    crop_size={"height": image_size, "width": image_size})
+    else:
+        processor = transformers.SiglipImageProcessor(size={"height": image_size, "width": image_size})
+    processor.save_pretrained(directory)
+    return directory
+
+
+def random_images(n: int, *, seed: int = 0) -> list:
+    """``n`` PIL images of odd sizes and every mode wde converts (RGB, L, RGBA, P, tall, wide, tiny)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    shapes = [(37, 41), (64, 20), (19, 90), (30, 30), (123, 77), (8, 9)]
+    modes = ["RGB", "L", "RGBA", "P", "RGB", "LA"]
+    images = []
+    for i in range(n):
+        w, h = shapes[i % len(shapes)]
+        picture = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
+        mode = modes[i % len(modes)]
+        images.append(picture.convert(mode) if mode != "RGBA" else _with_alpha(picture, rng))
+    return images
+
+
+def _with_alpha(picture, rng):
+    import numpy as np
+    from PIL import Image
+
+    alpha = Image.fromarray(rng.integers(0, 256, picture.size[::-1], dtype=np.uint8), "L")
+    rgba = picture.convert("RGBA")
+    rgba.putalpha(alpha)
+    return rgba

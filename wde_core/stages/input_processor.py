@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from wde_core.runtime.images import as_image_input
 from wde_core.runtime.request import EmbedOptions, Request
 
 
@@ -25,7 +26,8 @@ class TextInputProcessor:
             raise ValueError("inputs: got an empty list; pass at least one text")
         for i, text in enumerate(texts):
             if not isinstance(text, str):
-                raise TypeError(f"input {i}: field 'text' must be a str, got {type(text).__name__}")
+                got = "an image, and this model reads text only" if as_image_input(text) else type(text).__name__
+                raise TypeError(f"input {i}: field 'text' must be a str, got {got}")
         self.check_options(options)
         prompt = self.resolve_prompt(prompt, prompt_name)
         return [Request(i, (prompt or "") + text, options, prompt) for i, text in enumerate(texts)]

@@ -1,0 +1,89 @@
+"""Image inputs: what counts as one (a ``str`` is always text) and decoding one safely, before any batch runs.
+
+An image input is a ``PIL.Image.Image``, a ``pathlib.Path`` to an image file, the file's ``bytes``, or
+``{"image": x}`` with any of those or a ``data:image/...;base64,`` URL. Remote ``http(s)`` URLs are refused:
+wde fetches nothing. Images over ``MAX_IMAGE_PIXELS`` are refused from their header, before decoding."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+MAX_IMAGE_PIXELS = int(os.environ.get("WDE_MAX_IMAGE_PIXELS", 50_000_000))  # 50 megapixels, e.g. 8,660 x 5,773
+MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBX", "RGBa", "CMYK", "YCbCr", "La")  # all convert to RGB
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """An image input as given, not yet decoded (``source``: PIL image, path, bytes or data URL)."""
+
+    source: Any
+
+
+def as_image_input(item: Any) -> ImageInput | None:
+    """``item`` as an :class:`ImageInput`, or ``None`` when it is not an image input."""
+    if isinstance(item, dict) and set(item) == {"image"}:
+        return ImageInput(item["image"])
+    if isinstance(item, (bytes, bytearray, memoryview, PurePath)) or type(item).__module__.startswith("PIL."):
+        return ImageInput(item)
+    return None
+
+
+def load_image(image: ImageInput, where: str, *, max_pixels: int = MAX_IMAGE_PIXELS):
+    """Decode ``image`` to an RGB ``PIL.Image.Image`` (transparency over white, as transformers converts);
+    a ``ValueError`` starting with ``where`` (e.g. ``"input 3"``) for anything but a whole, supported image."""
+    from PIL import Image, UnidentifiedImageError
+
+    picture = image.source if isinstance(image.source, Image.Image) else None
+    if picture is None:
+        try:
+            picture = Image.open(io.BytesIO(_image_bytes(image.source, where)))
+        except UnidentifiedImageError:
+            raise ValueError(f"{where}: field 'image' is not an image file PIL can read") from None
+        except Image.DecompressionBombError as exc:  # PIL's own limit, far above ours: refused from the header
+            raise ValueError(f"{where}: field 'image' is over the pixel limit ({exc})") from None
+    width, height = picture.size
+    if width * height > max_pixels:
+        raise ValueError(f"{where}: field 'image' is {width} x {height} = {width * height:,} pixels, over the limit "
+                         f"of {max_pixels:,} (WDE_MAX_IMAGE_PIXELS); scale it down first")
+    if picture.mode not in MODES:
+        raise ValueError(f"{where}: field 'image' has mode {picture.mode!r}, which wde does not convert to RGB "
+                         f"(modes: {', '.join(MODES)}); convert it first")
+    try:
+        picture.load()
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"{where}: field 'image' could not be decoded ({exc}); is the file whole?") from None
+    if "A" in picture.getbands() or "transparency" in picture.info:
+        white = Image.new("RGBA", picture.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, picture.convert("RGBA")).convert("RGB")
+    return picture.convert("RGB")
+
+
+def _image_bytes(source: Any, where: str) -> bytes:
+    """The encoded image file behind a path, bytes or data URL."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    if isinstance(source, PurePath):
+        try:
+            return open(source, "rb").read()
+        except OSError as exc:
+            raise ValueError(f"{where}: field 'image': cannot read {str(source)!r} ({exc.strerror})") from None
+    if isinstance(source, str) and source.startswith(("http://", "https://")):
+        raise ValueError(f"{where}: field 'image' is a remote URL; wde does not fetch URLs: send the image "
+                         "itself, as bytes or a data:image/...;base64, URL")
+    if not (isinstance(source, str) and source.startswith("data:image/") and ";base64," in source):
+        raise ValueError(f"{where}: field 'image' must be a PIL image, a pathlib.Path, bytes or a "
+                         f"data:image/...;base64, URL, not {_shown(source)}")
+    try:
+        return base64.b64decode(source.partition(";base64,")[2], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{where}: field 'image' is a data URL whose base64 payload does not decode") from None
+
+
+def _shown(value: Any) -> str:
+    return f"the str {value[:40]!r}" if isinstance(value, str) else f"a {type(value).__name__}"
