@@ -491,6 +491,8 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
                   image_size=image_size, patch_size=PATCH, **vision)
     prefix = {"clip": "CLIP", "siglip": "Siglip"}[family]
     extra = {"projection_dim": 24} if family == "clip" else {}
+    if family == "siglip":  # SigLIP's text head projects into the vision tower's width
+        text["projection_size"] = vision["hidden_size"]
     config = getattr(transformers, f"{prefix}Config")(text_config=text, vision_config=vision, **extra)
     torch.manual_seed(seed)
     if half is None:

@@ -33,13 +33,15 @@ class ScoreOptions:
 
 @dataclass
 class Request:
-    """One input: its position in the caller's list, the text to tokenize and its token ids."""
+    """One input: its position in the caller's list, the text to tokenize and its token ids (an image input:
+    ``image``, the :class:`~wde_core.runtime.images.ImageInput`, then its pixels once preprocessed)."""
 
     index: int
     text: Any
     options: Any = None
     prompt: str | None = None
     token_ids: list[int] = field(default_factory=list)
+    image: Any = None
     token_type_ids: list[int] | None = None
     prompt_len: int = 0
     call_id: int | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from wde_core.runtime.images import as_image_input
 from wde_core.runtime.outputs import DENSE, check_outputs, collect_embeddings, parse_output
 from wde_core.runtime.request import EmbedOptions, TokenEmbedOptions
 from wde_core.tasks import Call, long_input_policy
@@ -24,7 +25,7 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
     policy = long_input_policy(engine, truncate, chunk_ok=True)
     options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
     requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
-    single = isinstance(texts, str)
+    single = isinstance(texts, str) or as_image_input(texts) is not None
     if policy == "chunk":
         if names != (DENSE,):
             raise ValueError(f"truncate='chunk' serves output='dense' only, not {output!r}")

@@ -1,0 +1,156 @@
+"""Stages of the ``image-text`` workflow: texts and images in one list, each image decoded and preprocessed
+as the directory's ``preprocessor_config.json`` says (transformers' own image processor) before any batch
+runs, its patches counted as tokens; batches packing texts and images side by side."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, ModelInput, Request,
+                                 TextInputProcessor, TokenEmbedOptions, as_image_input, load_image, move_to)
+from wde_clip.towers import pooled_token
+from wde_clip.towers_config import Towers
+
+
+class ImageTextInputProcessor(TextInputProcessor):
+    """A text, an image input, or a list mixing them (order kept), refused item by item before any work."""
+
+    def __init__(self, pipeline) -> None:
+        super().__init__(pipeline)
+        self.towers = Towers.of(pipeline.model.config, pipeline.model.architectures)
+        self.hidden_size = self.towers.embedding_size
+
+    def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
+                options: EmbedOptions | None = None) -> list[Request]:
+        """One request per item: texts get the prompt; images carry their :class:`ImageInput`."""
+        if isinstance(options, TokenEmbedOptions):
+            raise ValueError("embed_tokens(): an image-text model gives one vector per text or image; use encode()")
+        options = options or EmbedOptions()
+        items = [inputs] if isinstance(inputs, str) or as_image_input(inputs) is not None else inputs
+        if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
+            raise TypeError(f"inputs: expected a text, an image or a list of them, got {type(inputs).__name__}")
+        if len(items) == 0:
+            raise ValueError("inputs: got an empty list; pass at least one text or image")
+        self.check_options(options)
+        prompt = self.resolve_prompt(prompt, prompt_name)
+        return [self.request(i, item, prompt, options) for i, item in enumerate(items)]
+
+    def request(self, index: int, item: Any, prompt: str | None, options: EmbedOptions) -> Request:
+        """The request for one item, or a ``TypeError``/``ValueError`` naming it."""
+        if isinstance(item, str):
+            if self.towers.text is None:
+                raise ValueError(f"input {index}: a text, but this model has only a vision tower; pass images")
+            return Request(index, (prompt or "") + item, options, prompt)
+        image = as_image_input(item)
+        if image is None:
+            raise TypeError(f"input {index}: expected a str (text) or an image (PIL image, pathlib.Path, bytes or "
+                            f"{{'image': ...}}), got {type(item).__name__}")
+        if self.towers.vision is None:
+            raise ValueError(f"input {index}: an image, but this model has only a text tower; pass texts")
+        return Request(index, None, options, image=image)
+
+
+class ImageTextTokenizer(HFTokenizer):
+    """Texts through the model's fast tokenizer (SigLIP's padded to ``max_model_len``, as it was trained);
+    images decoded (``load_image``: limits and errors) and preprocessed, one placeholder token per patch."""
+
+    def __init__(self, pipeline) -> None:
+        self.towers = Towers.of(pipeline.model.config, pipeline.model.architectures)
+        if self.towers.text is not None:
+            super().__init__(pipeline)
+        self.image_processor = None
+        if self.towers.vision is not None:
+            from transformers import AutoImageProcessor
+
+            self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill each request's token ids (an image's: one per patch) and each image's pixels."""
+        if truncate == "chunk":
+            raise ValueError("truncate='chunk': an image-text model embeds a text whole or cut; pass truncate=True "
+                             "or False")
+        texts = [r for r in requests if not isinstance(r.image, ImageInput)]
+        if texts and self.towers.siglip:
+            self.tokenize_padded(texts, truncate)
+        elif texts:
+            super().tokenize(texts, truncate=truncate)
+        self.preprocess([r for r in requests if isinstance(r.image, ImageInput)])
+
+    def tokenize_padded(self, requests: list[Request], truncate: bool) -> None:
+        """SigLIP: every text padded to ``max_model_len`` tokens, all of them attended (as in training)."""
+        encoded = self.tokenizer([r.text for r in requests], padding="max_length", max_length=self.max_len,
+                                 truncation=truncate, return_attention_mask=False, verbose=False)["input_ids"]
+        for request, ids in zip(requests, encoded):
+            request.token_ids = list(ids)
+        if not truncate:
+            self.check_lengths(requests)
+
+    def preprocess(self, requests: list[Request]) -> None:
+        """Decode each image (errors name its input) and run the image processor over them all."""
+        if not requests:
+            return
+        pictures = [load_image(r.image, f"input {r.index}") for r in requests]
+        pixels = self.image_processor(images=pictures, return_tensors="pt")["pixel_values"]
+        for request, image in zip(requests, pixels):
+            request.image = image
+            request.token_ids = [0] * self.towers.tokens_per_image
+
+
+@dataclass
+class TextBatch(ModelInput):
+    """The texts of a batch, packed, with each text's pooled token (``pool_index``, into the packed tokens)."""
+
+    pool_index: torch.Tensor | None = None
+
+
+@dataclass
+class ImageTextBatch:
+    """One batch of texts and images: ``texts`` packed (or ``None``), ``pixel_values [images, C, S, S]`` and
+    the images' attention metadata; ``text_rows``/``image_rows`` place their vectors in batch order."""
+
+    texts: TextBatch | None
+    pixel_values: torch.Tensor | None
+    image_metadata: Any
+    text_rows: torch.Tensor
+    image_rows: torch.Tensor
+    num_seqs: int
+    outputs: frozenset = frozenset({"dense"})
+
+    def to(self, device: torch.device) -> "ImageTextBatch":
+        """A copy with every tensor on ``device``."""
+        return move_to(self, device)
+
+
+class ImageTextBatchBuilder(FlatBatchBuilder):
+    """Packs a batch's texts as the core does and stacks its images' pixels; no padding either way."""
+
+    def __init__(self, pipeline, attention_backend) -> None:
+        super().__init__(pipeline, attention_backend)
+        self.towers = Towers.of(pipeline.model.config, pipeline.model.architectures)
+
+    def build(self, requests: list[Request]) -> ImageTextBatch:
+        """Split ``requests`` into texts and images, keeping where each goes in the batch."""
+        text_rows = [i for i, r in enumerate(requests) if r.image is None]
+        image_rows = [i for i, r in enumerate(requests) if r.image is not None]
+        texts = self.build_texts([requests[i] for i in text_rows]) if text_rows else None
+        pixels, metadata = None, None
+        if image_rows:
+            pixels = torch.stack([requests[i].image for i in image_rows])
+            lens = [self.towers.tokens_per_image] * len(image_rows)
+            cu_seqlens = torch.arange(len(lens) + 1, dtype=torch.int32) * lens[0]
+            metadata = self.attention.build_metadata(lens, cu_seqlens, causal=False)
+        return ImageTextBatch(texts, pixels, metadata, torch.tensor(text_rows, dtype=torch.long),
+                              torch.tensor(image_rows, dtype=torch.long), len(requests))
+
+    def build_texts(self, requests: list[Request]) -> TextBatch:
+        """The core's packed batch of the texts, plus each one's pooled token."""
+        packed = super().build(requests)
+        starts = packed.cu_seqlens[:-1].tolist()
+        pooled = [start + pooled_token(r.token_ids, self.towers.eos_token_id, self.towers.siglip)
+                  for start, r in zip(starts, requests)]
+        fields = {f.name: getattr(packed, f.name) for f in dataclasses.fields(packed)}
+        return TextBatch(**fields, pool_index=torch.tensor(pooled, dtype=torch.long))

@@ -1,0 +1,157 @@
+"""The two towers of an image-text dual encoder over packed sequences: pre-norm transformer layers with fused
+QKV and wde's varlen attention, a text tower (CLIP: causal, pooled at EOS; SigLIP: pooled at the last
+position, then a linear head) and a vision tower (patches as a sequence; CLIP: a class token, pre- and
+post-norm; SigLIP: no class token, an attention-pooling head)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wde_core.plugin_api import Linear
+
+
+class EncoderLayer(nn.Module):
+    """``x + attn(norm1(x))``, then ``x + fc2(act(fc1(norm2(x))))``, over packed tokens ``[T, H]``."""
+
+    def __init__(self, config, attention) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads, self.head_dim = config.num_attention_heads, hidden // config.num_attention_heads
+        self.attention = attention
+        self.layer_norm1 = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.qkv = Linear(hidden, 3 * hidden)
+        self.out_proj = Linear(hidden, hidden)
+        self.layer_norm2 = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.fc1 = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
+        self.fc2 = Linear(config.intermediate_size, hidden)
+
+    def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
+        """One layer over ``x [T, H]``."""
+        tokens = x.shape[0]
+        q, k, v = self.qkv(self.layer_norm1(x)).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        x = self.out_proj(self.attention.forward(q, k, v, attn_metadata).reshape(tokens, -1), residual=x)
+        return self.fc2(self.fc1(self.layer_norm2(x)), residual=x)
+
+
+class Encoder(nn.Module):
+    """A stack of :class:`EncoderLayer`."""
+
+    def __init__(self, config, attention) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(config, attention) for _ in range(config.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
+        """All layers over ``x [T, H]``."""
+        for layer in self.layers:
+            x = layer(x, attn_metadata)
+        return x
+
+
+class TextEmbeddings(nn.Module):
+    """Token + absolute position embeddings."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.token_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embedding = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+
+
+class TextTower(nn.Module):
+    """The text transformer: one pooled vector per text (CLIP at its EOS token, SigLIP at its last position,
+    through ``head``)."""
+
+    def __init__(self, config, attention, *, siglip: bool) -> None:
+        super().__init__()
+        self.embeddings = TextEmbeddings(config)
+        self.encoder = Encoder(config, attention)
+        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.head = Linear(config.hidden_size, getattr(config, "projection_size", None) or config.hidden_size) \
+            if siglip else None
+
+    def forward(self, batch) -> torch.Tensor:
+        """``[texts, H]``: each packed text's vector at its pooled token (``batch.pool_index``)."""
+        e = self.embeddings
+        x = e.token_embedding(batch.input_ids) + e.position_embedding(batch.positions)
+        pooled = self.final_layer_norm(self.encoder(x, batch.attn_metadata)).index_select(0, batch.pool_index)
+        return self.head(pooled) if self.head is not None else pooled
+
+
+def pooled_token(token_ids: list[int], eos_token_id: int | None, siglip: bool) -> int:
+    """The position pooled in a text: SigLIP's last; CLIP's first EOS (the highest id when the config's
+    ``eos_token_id`` is the legacy 2, as transformers does)."""
+    if siglip:
+        return len(token_ids) - 1
+    if eos_token_id == 2:
+        return max(range(len(token_ids)), key=token_ids.__getitem__)
+    return token_ids.index(eos_token_id) if eos_token_id in token_ids else 0
+
+
+class VisionEmbeddings(nn.Module):
+    """Patch embedding (a strided convolution, as a matrix product over unfolded patches), an optional class
+    token, and position embeddings."""
+
+    def __init__(self, config, *, class_token: bool) -> None:
+        super().__init__()
+        self.patch = config.patch_size
+        grid = config.image_size // config.patch_size
+        self.class_embedding = nn.Parameter(torch.empty(config.hidden_size)) if class_token else None
+        self.patch_embedding = nn.Conv2d(config.num_channels, config.hidden_size, self.patch, self.patch,
+                                         bias=not class_token)
+        self.position_embedding = nn.Embedding(grid * grid + int(class_token), config.hidden_size)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """``[images, C, S, S]`` -> ``[images * tokens, H]``, each image's tokens contiguous."""
+        p, weight = self.patch, self.patch_embedding.weight
+        patches = F.unfold(pixel_values.to(weight.dtype), p, stride=p).transpose(1, 2)  # [N, patches, C*p*p]
+        x = F.linear(patches, weight.flatten(1), self.patch_embedding.bias)
+        if self.class_embedding is not None:
+            x = torch.cat((self.class_embedding.expand(x.shape[0], 1, -1), x), dim=1)
+        return (x + self.position_embedding.weight).flatten(0, 1)
+
+
+class AttentionPoolingHead(nn.Module):
+    """SigLIP's head: a learned probe attends over each image's tokens, then LayerNorm + MLP with a residual."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.probe = nn.Parameter(torch.empty(1, 1, hidden))
+        self.attention = nn.MultiheadAttention(hidden, self.num_heads, batch_first=True)
+        self.layernorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.fc1 = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
+        self.fc2 = Linear(config.intermediate_size, hidden)
+
+    def forward(self, x: torch.Tensor, tokens_per_image: int) -> torch.Tensor:
+        """``[images * tokens, H]`` -> ``[images, H]``."""
+        x = x.view(-1, tokens_per_image, x.shape[-1])
+        probe = self.probe.expand(x.shape[0], -1, -1)
+        pooled = self.attention(probe, x, x, need_weights=False)[0][:, 0]
+        return self.fc2(self.fc1(self.layernorm(pooled)), residual=pooled)
+
+
+class VisionTower(nn.Module):
+    """The vision transformer: one pooled vector per image (CLIP: the normed class token; SigLIP: the head)."""
+
+    def __init__(self, config, attention, *, siglip: bool) -> None:
+        super().__init__()
+        self.siglip = siglip
+        self.embeddings = VisionEmbeddings(config, class_token=not siglip)
+        self.tokens_per_image = self.embeddings.position_embedding.num_embeddings
+        self.pre_layrnorm = None if siglip else nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.encoder = Encoder(config, attention)
+        self.post_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.head = AttentionPoolingHead(config) if siglip and getattr(config, "vision_use_head", True) else None
+
+    def forward(self, pixel_values: torch.Tensor, attn_metadata) -> torch.Tensor:
+        """``[images, H]`` from preprocessed ``pixel_values [images, C, S, S]``."""
+        x = self.embeddings(pixel_values)
+        if self.pre_layrnorm is not None:
+            x = self.pre_layrnorm(x)
+        x = self.encoder(x, attn_metadata)
+        if not self.siglip:
+            return self.post_layernorm(x[::self.tokens_per_image])
+        x = self.post_layernorm(x)
+        return self.head(x, self.tokens_per_image) if self.head is not None else x[::self.tokens_per_image]
