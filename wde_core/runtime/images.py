@@ -46,11 +46,11 @@ def load_image(image: ImageInput, where: str, *, max_pixels: int = MAX_IMAGE_PIX
         except UnidentifiedImageError:
             raise ValueError(f"{where}: field 'image' is not an image file PIL can read") from None
         except Image.DecompressionBombError as exc:  # PIL's own limit, far above ours: refused from the header
-            raise ValueError(f"{where}: field 'image' is over the pixel limit ({exc})") from None
+            raise ValueError(f"{where}: field 'image' is over the limit of {max_pixels:,} pixels ({exc})") from None
     width, height = picture.size
     if width * height > max_pixels:
         raise ValueError(f"{where}: field 'image' is {width} x {height} = {width * height:,} pixels, over the limit "
-                         f"of {max_pixels:,} (WDE_MAX_IMAGE_PIXELS); scale it down first")
+                         f"of {max_pixels:,} pixels (WDE_MAX_IMAGE_PIXELS); scale it down first")
     if picture.mode not in MODES:
         raise ValueError(f"{where}: field 'image' has mode {picture.mode!r}, which wde does not convert to RGB "
                          f"(modes: {', '.join(MODES)}); convert it first")

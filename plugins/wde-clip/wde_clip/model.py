@@ -50,6 +50,9 @@ class DualEncoder(nn.Module):
 
     def map_checkpoint_name(self, name: str):
         """HF name -> ``(parameter, rows)``: q/k/v into the fused QKV rows, the MLP and head renamed."""
+        if self.text_model is None or self.vision_model is None:  # a tower alone: saved with or without its prefix
+            tower = "text_model." if self.vision_model is None else "vision_model."
+            name = name if name.startswith((tower, "text_projection", "visual_projection")) else tower + name
         if name.startswith(_SKIPPED):
             return None
         match = _QKV.match(name)
