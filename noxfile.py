@@ -17,7 +17,7 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-data-parallel",
-            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-cpu-kernels"]
+            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-cpu-kernels", "./plugins/wde-clip"]
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis
 SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose

@@ -1,9 +1,28 @@
-"""Requests and per-call options, as they travel through the stages."""
+"""Requests and per-call options, as they travel through the stages; what counts as an image input (a vision
+workflow's stages decode it: wde-clip's ``wde_clip.public.load_image``, with its limits and errors)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """An image input as given, not yet decoded: a ``PIL.Image.Image``, a ``pathlib.Path`` to an image file, the
+    file's ``bytes``, or (from ``{"image": x}``) any of those or a ``data:image/...;base64,`` URL."""
+
+    source: Any
+
+
+def as_image_input(item: Any) -> ImageInput | None:
+    """``item`` as an :class:`ImageInput` (``{"image": x}``, PIL image, path, bytes), else ``None``: a str is text."""
+    if isinstance(item, dict) and set(item) == {"image"}:
+        return ImageInput(item["image"])
+    if isinstance(item, (bytes, bytearray, memoryview, PurePath)) or type(item).__module__.startswith("PIL."):
+        return ImageInput(item)
+    return None
 
 
 @dataclass(frozen=True)

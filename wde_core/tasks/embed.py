@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from wde_core.runtime.images import as_image_input
 from wde_core.runtime.outputs import DENSE, check_outputs, collect_embeddings, parse_output
-from wde_core.runtime.request import EmbedOptions, TokenEmbedOptions
+from wde_core.runtime.request import EmbedOptions, TokenEmbedOptions, as_image_input
 from wde_core.tasks import Call, long_input_policy
 from wde_core.tasks.chunking import chunked_call
 

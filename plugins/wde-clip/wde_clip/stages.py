@@ -11,7 +11,8 @@ from typing import Any, Sequence
 import torch
 
 from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, ModelInput, Request,
-                                 TextInputProcessor, TokenEmbedOptions, as_image_input, load_image, move_to)
+                                 TextInputProcessor, TokenEmbedOptions, as_image_input, move_to)
+from wde_clip.images import load_image
 from wde_clip.towers import pooled_token
 from wde_clip.towers_config import Towers
 

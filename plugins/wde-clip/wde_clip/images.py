@@ -1,8 +1,6 @@
-"""Image inputs: what counts as one (a ``str`` is always text) and decoding one safely, before any batch runs.
-
-An image input is a ``PIL.Image.Image``, a ``pathlib.Path`` to an image file, the file's ``bytes``, or
-``{"image": x}`` with any of those or a ``data:image/...;base64,`` URL. Remote ``http(s)`` URLs are refused:
-wde fetches nothing. Images over ``MAX_IMAGE_PIXELS`` are refused from their header, before decoding."""
+"""Decoding image inputs safely, before any batch runs: remote ``http(s)`` URLs are refused (wde fetches
+nothing), images over ``MAX_IMAGE_PIXELS`` are refused from their header before decoding, and a file that is
+not a whole image in a mode wde converts is refused naming the input."""
 
 from __future__ import annotations
 
@@ -10,28 +8,13 @@ import base64
 import binascii
 import io
 import os
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from wde_core.plugin_api import ImageInput
+
 MAX_IMAGE_PIXELS = int(os.environ.get("WDE_MAX_IMAGE_PIXELS", 50_000_000))  # 50 megapixels, e.g. 8,660 x 5,773
 MODES = ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBX", "RGBa", "CMYK", "YCbCr", "La")  # all convert to RGB
-
-
-@dataclass(frozen=True)
-class ImageInput:
-    """An image input as given, not yet decoded (``source``: PIL image, path, bytes or data URL)."""
-
-    source: Any
-
-
-def as_image_input(item: Any) -> ImageInput | None:
-    """``item`` as an :class:`ImageInput`, or ``None`` when it is not an image input."""
-    if isinstance(item, dict) and set(item) == {"image"}:
-        return ImageInput(item["image"])
-    if isinstance(item, (bytes, bytearray, memoryview, PurePath)) or type(item).__module__.startswith("PIL."):
-        return ImageInput(item)
-    return None
 
 
 def load_image(image: ImageInput, where: str, *, max_pixels: int = MAX_IMAGE_PIXELS):
