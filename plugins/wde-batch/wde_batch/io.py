@@ -8,11 +8,14 @@ import csv
 import io
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
+
+from wde_batch.images import given, pick
 
 INPUT_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
                  ".parquet": "parquet"}
@@ -34,26 +37,50 @@ def input_options(command):
     return command
 
 
+@dataclass
+class Inputs:
+    """What a command read: the engine's inputs (texts, and for ``wde encode`` image inputs), their ids (``None``
+    when the input has none) and where each came from (``in.jsonl line 4``; ``None`` for a text argument)."""
+
+    items: list[Any]
+    ids: list[Any] | None
+    labels: list[str | None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file being read: its name in errors, the text field or column, the image one (``None``: texts only),
+    and the folder relative image paths start from."""
+
+    name: str
+    column: str = "text"
+    image_column: str | None = None
+    base: Path = Path(".")
+
+
 def read_inputs(texts: tuple[str, ...], input_file: str | None, *, input_format: str | None = None,
-                column: str = "text", encoding: str = "utf-8") -> tuple[list[str], list[Any] | None]:
-    """Return the texts (arguments, ``input_file`` or stdin) and their ids (an ``id`` field or column), if any."""
-    if texts and input_file:
-        raise click.UsageError("give texts as arguments or --input, not both")
-    if texts:
-        return list(texts), None
+                column: str = "text", encoding: str = "utf-8", images: tuple[Path, ...] = (),
+                image_column: str | None = None) -> Inputs:
+    """The inputs given as ``texts`` then ``images`` (arguments, in that order), or read from ``input_file``
+    (or stdin), with their ids (an ``id`` field or column); records may hold an ``image_column`` instead."""
+    if (texts or images) and input_file:
+        raise click.UsageError("give texts (or --image) as arguments or --input, not both")
+    if texts or images:
+        return Inputs([*texts, *images], None, [None] * len(texts) + [f"--image {p}" for p in images])
     stdin = input_file in (None, "-")
     name = "stdin" if stdin else input_file
     fmt = input_format or ("txt" if stdin else format_of(input_file, INPUT_FORMATS, "input", click.ClickException))
     if not stdin and not Path(input_file).is_file():
         raise click.ClickException(f"{name}: no such file")
     data = sys.stdin.buffer.read() if stdin else Path(input_file).read_bytes()
+    source = Source(name, column, image_column, Path(".") if stdin else Path(input_file).parent)
     if fmt == "parquet":
-        items, ids = _table(name, _parquet(name, data), column)
+        items, ids, labels = _table(source, _parquet(name, data))
     else:
-        items, ids = READERS[fmt](name, decode(name, data, encoding), column)
+        items, ids, labels = READERS[fmt](source, decode(name, data, encoding))
     if not items:
         raise click.ClickException(f"{name}: no texts (empty or only blank lines)")
-    return items, ids if ids and any(i is not None for i in ids) else None
+    return Inputs(items, ids if ids and any(i is not None for i in ids) else None, labels)
 
 
 def format_of(path: str, formats: dict[str, str], what: str, error: type[click.ClickException]) -> str:
@@ -77,28 +104,42 @@ def decode(name: str, data: bytes, encoding: str) -> str:
                                    f"({exc.reason}); name the file's encoding with --encoding") from None
 
 
-def _txt(name: str, text: str, column: str) -> tuple[list[str], None]:
-    lines = (line.rstrip("\r") for line in text.split("\n"))
-    return [line for line in lines if line.strip()], None
+def _txt(source: Source, text: str) -> tuple[list[str], None, list[str]]:
+    lines = [(number, line.rstrip("\r")) for number, line in enumerate(text.split("\n"), start=1)]
+    kept = [(number, line) for number, line in lines if line.strip()]
+    return [line for _, line in kept], None, [f"{source.name} line {number}" for number, _ in kept]
 
 
-def _records(name: str, records: list[tuple[str, Any]], column: str) -> tuple[list[str], list[Any]]:
-    """Texts and ids of ``(where, record)`` pairs, each a string or an object with ``column`` (and ``id``)."""
-    texts, ids = [], []
+def _records(source: Source, records: list[tuple[str, Any]]) -> tuple[list[Any], list[Any], list[str]]:
+    """Inputs, ids and labels of ``(where, record)`` pairs, each a string or an object with ``column`` (or
+    ``image_column``) and an optional ``id``."""
+    items, ids = [], []
     for where, record in records:
-        if not isinstance(record, str) and not (isinstance(record, dict) and isinstance(record.get(column), str)):
-            raise click.ClickException(f"{name} {where}: field {column!r} must be a string")
-        texts.append(record if isinstance(record, str) else record[column])
+        items.append(_record_item(source, f"{source.name} {where}", record))
         ids.append(record.get("id") if isinstance(record, dict) else None)
-    return texts, ids
+    return items, ids, [f"{source.name} {where}" for where, _ in records]
 
 
-def _jsonl(name: str, text: str, column: str) -> tuple[list[str], list[Any]]:
+def _record_item(source: Source, where: str, record: Any) -> Any:
+    """The input of one record: its text, or its image when ``image_column`` holds one."""
+    if isinstance(record, str):
+        return record
+    if isinstance(record, dict):
+        image = record.get(source.image_column) if source.image_column else None
+        item = pick(where, record.get(source.column), image, (source.column, source.image_column), source.base)
+        if item is not None:
+            return item
+        if isinstance(record.get(source.column), str):
+            return record[source.column]
+    raise click.ClickException(f"{where}: field {source.column!r} must be a string")
+
+
+def _jsonl(source: Source, text: str) -> tuple[list[Any], list[Any], list[str]]:
     records = []
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
-            records.append((f"line {number}", _json(f"{name} line {number}", line)))
-    return _records(name, records, column)
+            records.append((f"line {number}", _json(f"{source.name} line {number}", line)))
+    return _records(source, records)
 
 
 def _json(name: str, text: str) -> Any:
@@ -108,30 +149,46 @@ def _json(name: str, text: str) -> Any:
         raise click.ClickException(f"{name}: not JSON ({exc})") from None
 
 
-def _json_array(name: str, text: str, column: str) -> tuple[list[str], list[Any]]:
-    records = _json(name, text or "[]")
+def _json_array(source: Source, text: str) -> tuple[list[Any], list[Any], list[str]]:
+    records = _json(source.name, text or "[]")
     if not isinstance(records, list):
-        raise click.ClickException(f"{name}: expected a JSON array of strings or of objects with {column!r}")
-    return _records(name, [(f"item {i}", record) for i, record in enumerate(records)], column)
+        raise click.ClickException(f"{source.name}: expected a JSON array of strings or of objects with "
+                                   f"{source.column!r}")
+    return _records(source, [(f"item {i}", record) for i, record in enumerate(records)])
 
 
-def _csv(name: str, text: str, column: str, delimiter: str = ",") -> tuple[list[str], list[Any] | None]:
+def _csv(source: Source, text: str, delimiter: str = ",") -> tuple[list[Any], list[Any] | None, list[str]]:
     reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     try:
-        return _table(name, (list(reader), reader.fieldnames or []), column)
+        return _table(source, (list(reader), reader.fieldnames or []))
     except csv.Error as exc:
-        raise click.ClickException(f"{name} line {reader.line_num}: {exc}") from None
+        raise click.ClickException(f"{source.name} line {reader.line_num}: {exc}") from None
 
 
-def _table(name: str, table: tuple[list[dict[str, Any]], list[str]], column: str) -> tuple[list, list | None]:
+def _table(source: Source, table: tuple[list[dict[str, Any]], list[str]]) -> tuple[list, list | None, list[str]]:
     rows, columns = table
-    if column not in columns:
+    name, column, image_column = source.name, source.column, source.image_column
+    with_images = image_column is not None and image_column in columns
+    if column not in columns and not with_images:
         raise click.ClickException(f"{name}: no column {column!r} (columns: {', '.join(map(str, columns))}); "
                                    "name one with --column")
-    bad = next((i for i, row in enumerate(rows) if not isinstance(row[column], str)), None)
-    if bad is not None:
-        raise click.ClickException(f"{name} row {bad + 1}: column {column!r} must be text, not {rows[bad][column]!r}")
-    return [row[column] for row in rows], [row.get("id") for row in rows] if "id" in columns else None
+    labels = [f"{name} row {i + 1}" for i in range(len(rows))]
+    items = [_row_item(source, where, row, with_images) for where, row in zip(labels, rows)]
+    return items, [row.get("id") for row in rows] if "id" in columns else None, labels
+
+
+def _row_item(source: Source, where: str, row: dict[str, Any], with_images: bool) -> Any:
+    """The input of one table row: its text, or its image when the image column holds one."""
+    text, fields = row.get(source.column), (source.column, source.image_column)
+    image = pick(where, text, row[source.image_column], fields, source.base) if with_images else None
+    if image is not None:
+        return image
+    if with_images and not given(text):
+        raise click.ClickException(f"{where}: no value in column {source.column!r} or {source.image_column!r}; "
+                                   "give one of them")
+    if not isinstance(text, str):
+        raise click.ClickException(f"{where}: column {source.column!r} must be text, not {text!r}")
+    return text
 
 
 def _parquet(name: str, data: bytes) -> tuple[list[dict[str, Any]], list[str]]:
@@ -151,7 +208,7 @@ def _pyarrow_parquet(name: str):
 
 
 READERS = {"txt": _txt, "jsonl": _jsonl, "json": _json_array, "csv": _csv,
-           "tsv": lambda name, text, column: _csv(name, text, column, "\t")}
+           "tsv": lambda source, text: _csv(source, text, "\t")}
 
 
 def output_format(output: str | None, fmt: str | None, output_types: tuple[str, ...] = ("dense",)) -> str:

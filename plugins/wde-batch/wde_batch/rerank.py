@@ -40,7 +40,8 @@ def rerank(arguments, query, model, input_file, input_format, column, encoding, 
     query, documents = (query, arguments) if query is not None else (arguments[0], arguments[1:])
     if model is None and not os.environ.get("WDE_DEFAULT_MODEL"):
         raise click.ClickException(NO_MODEL)
-    docs, ids = read_inputs(documents, input_file, input_format=input_format, column=column, encoding=encoding)
+    read = read_inputs(documents, input_file, input_format=input_format, column=column, encoding=encoding)
+    docs, ids = read.items, read.ids
     args = {"device": device, "dtype": dtype, "num_threads": num_threads, **parse_engine_args(engine_args)}
     with engine_error(), Engine(model, **args) as engine:
         results = engine.rerank(query, docs, top_n=top_n, return_documents=return_documents,
