@@ -320,3 +320,75 @@ def test_options_and_bge_m3_outputs_pass_through(local_ray, rows, tmp_path):
 def _sparse_items(value):
     """A sparse output as Ray returns it: a dict, or a list of (key, value) pairs (Arrow maps)."""
     return value.items() if isinstance(value, dict) else value
+
+
+# --- image columns (issue 25): a tiny random CLIP, images as Parquet bytes or paths -------------------------------
+@pytest.fixture(scope="module")
+def clip_images(tmp_path_factory) -> tuple[str, list]:
+    """A tiny random CLIP and 12 PNG files of odd sizes and modes."""
+    from conftest import random_images, save_random_clip
+
+    root = tmp_path_factory.mktemp("clip")
+    paths = []
+    for i, picture in enumerate(random_images(12, seed=2)):
+        paths.append(root / "pictures" / f"p{i:02d}.png")
+        paths[-1].parent.mkdir(exist_ok=True)
+        picture.save(paths[-1])
+    return str(save_random_clip(root / "clip", "clip")), paths
+
+
+@pytest.fixture(scope="module")
+def clip_reference(clip_images) -> np.ndarray:
+    model, paths = clip_images
+    with Engine(model, num_threads=1) as engine:
+        return engine.encode(paths)
+
+
+def test_embed_an_image_column_of_bytes_matches_engine(local_ray, clip_images, clip_reference):
+    import wde_ray
+
+    model, paths = clip_images
+    items = [{"id": f"i{k}", "caption": f"picture {k}", "image": p.read_bytes()} for k, p in enumerate(paths)]
+    out = wde_ray.embed(ray.data.from_items(items), model, image_column="image", batch_size=4, **POOL).take_all()
+    assert [r["id"] for r in out] == [r["id"] for r in items]
+    assert [r["caption"] for r in out] == [r["caption"] for r in items]
+    got = vectors(out)
+    assert got.shape == clip_reference.shape == (12, 24)
+    assert np.abs(got - clip_reference).max() <= 1e-5
+
+
+def test_embed_dataset_reads_an_image_column_of_relative_paths(local_ray, clip_images, clip_reference, tmp_path):
+    model, paths = clip_images
+    source = paths[0].parent / "images.parquet"  # paths relative to the file's folder
+    pq.write_table(pa.table({"id": [p.stem for p in paths], "file": [p.name for p in paths]}), source)
+    result = run_cli(str(source), str(tmp_path / "out"), "--model", model, "--image-column", "file")
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(tmp_path / "out")
+    assert table.column("id").to_pylist() == [p.stem for p in paths]
+    assert table.column("file").to_pylist() == [p.name for p in paths]
+    assert np.abs(vectors(table) - clip_reference).max() <= 1e-5
+
+
+def test_bad_image_rows_are_named_or_nulled(local_ray, clip_images, clip_reference, tmp_path):
+    import wde_ray
+    from wde_ray.files import find_cause
+
+    model, paths = clip_images
+    (tmp_path / "broken.png").write_bytes(b"not an image")
+    values = [str(paths[0]), None, str(tmp_path / "broken.png"), str(paths[3]), "https://x.org/a.png"]
+    items = [{"id": f"r{k}", "image": v} for k, v in enumerate(values)]
+    out = wde_ray.embed(ray.data.from_items(items), model, image_column="image", on_error="null",
+                        num_cpus=0.5).take_all()
+    assert [r["error"] for r in out] == [
+        None, "column 'image': expected an image (bytes, a file path or a data:image/...;base64, URL), got NoneType",
+        "column 'image': is not an image file PIL can read", None, "column 'image': a URL (https://x.org/a.png); wde "
+        "fetches nothing: give the image's bytes or a path every actor can read"]
+    assert np.abs(np.asarray(out[0]["embedding"]) - clip_reference[0]).max() <= 1e-5
+    assert np.abs(np.asarray(out[3]["embedding"]) - clip_reference[3]).max() <= 1e-5
+    assert all(r["embedding"] is None for r in out if r["error"])
+    with pytest.raises(wde_ray.RowError) as info:
+        wde_ray.embed(ray.data.from_items([{"id": "n7", "image": 7}]), model, image_column="image",
+                      num_cpus=0.5).take_all()
+    row = find_cause(info.value, wde_ray.RowError)
+    assert str(row).split("\n")[0] == ("row id='n7', column 'image': expected an image (bytes, a file path or a "
+                                       "data:image/...;base64, URL), got int")

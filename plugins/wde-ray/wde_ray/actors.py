@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from wde_ray.images import BadValue, image_item, warm_up_image
 from wde_ray.rows import (ERROR_COLUMN, error_column, find_problems, output_column, raise_first, row_ids,
                           scatter, text_problem)
 
@@ -67,14 +68,27 @@ class EngineActor:
 
 
 class EmbedActor(EngineActor):
-    """``Engine.encode`` on a text column: one column per output (``dense`` vectors, ``sparse``, ``colbert``)."""
+    """``Engine.encode`` on a text column, or with ``images=True`` on an image column (bytes, paths relative to
+    ``image_root``, data URLs): one column per output (``dense`` vectors, ``sparse``, ``colbert``)."""
 
-    def __init__(self, *args: Any, output_columns: dict[str, str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, output_columns: dict[str, str], images: bool = False,
+                 image_root: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.output_columns = output_columns
-        warm = self.engine.encode(["warm up"], **self.call_args)  # also gives the dense width
+        self.output_columns, self.images, self.image_root = output_columns, images, image_root
+        warm = self.engine.encode([warm_up_image() if images else "warm up"], **self.call_args)  # and the width
         dense = warm.get("dense") if isinstance(warm, dict) else warm
         self.dim = dense.shape[1] if "dense" in output_columns else 0
+
+    def inputs(self, batch: pa.Table) -> list[Any]:
+        """The column's texts, or its images as the engine's image inputs (a :class:`BadValue` where none)."""
+        values = super().inputs(batch)
+        return [image_item(v, self.image_root) for v in values] if self.images else values
+
+    def check(self, value: Any) -> str | None:
+        """Why one value cannot go to the engine: a text's problem, or an image value's."""
+        if self.images:
+            return value.message if isinstance(value, BadValue) else None
+        return super().check(value)
 
     def add_outputs(self, batch: pa.Table, result: Any, keep: list[int]) -> pa.Table:
         """One column per requested output, null for the rows that failed."""

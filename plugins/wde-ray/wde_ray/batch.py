@@ -41,6 +41,7 @@ def run_pool(ds: Any, actor: type, constructor: dict[str, Any], *, batch_size: i
 
 
 def embed(ds: Any, model: str | None = None, *, column: str = "text", output_column: str = "embedding",
+          image_column: str | None = None, image_root: str | None = None,
           id_column: str | None = "id", on_error: str = "raise", allow_empty: bool = False,
           batch_size: int = DEFAULT_BATCH_SIZE, workers: int | tuple[int, int] = 1, num_cpus: float = 1,
           num_gpus: float = 0, normalize: bool | None = None, dimensions: int | None = None,
@@ -48,17 +49,20 @@ def embed(ds: Any, model: str | None = None, *, column: str = "text", output_col
           output: str | Sequence[str] = "dense", **engine_args: Any) -> Any:
     """``ds`` with ``output_column`` added: ``Engine(model, **engine_args).encode`` of ``column``, row for row.
 
-    ``output`` as a tuple (bge-m3: ``("dense", "sparse")``) adds one column per output, named
-    ``{output_column}_{name}``. A bad row raises :class:`~wde_ray.RowError` naming its id and column, or,
-    with ``on_error="null"``, gets a null output and a message in an ``error`` column."""
+    ``image_column`` embeds that column's images instead of the texts (an image model, e.g. CLIP): binary
+    bytes, file paths (a relative one joined to ``image_root``) or ``data:image/...;base64,`` URLs. ``output``
+    as a tuple (bge-m3: ``("dense", "sparse")``) adds one column per output, named ``{output_column}_{name}``.
+    A bad row raises :class:`~wde_ray.RowError` naming its id and column, or, with ``on_error="null"``, gets a
+    null output and a message in an ``error`` column."""
     check_on_error(on_error)
     names = (output,) if isinstance(output, str) else tuple(output)
     columns = {output: output_column} if isinstance(output, str) else {n: f"{output_column}_{n}" for n in names}
     call_args = dict(normalize=normalize, dimensions=dimensions, prompt=prompt, prompt_name=prompt_name,
                      truncate=truncate, output=output)
     constructor = dict(model=model, engine_args=actor_engine_args(engine_args, num_cpus, num_gpus),
-                       columns=(column,), id_column=id_column, on_error=on_error, allow_empty=allow_empty,
-                       call_args=call_args, output_columns=columns)
+                       columns=(image_column or column,), id_column=id_column, on_error=on_error,
+                       allow_empty=allow_empty, call_args=call_args, output_columns=columns,
+                       images=image_column is not None, image_root=image_root)
     return run_pool(ds, EmbedActor, constructor, batch_size=batch_size, workers=workers, num_cpus=num_cpus,
                     num_gpus=num_gpus)
 

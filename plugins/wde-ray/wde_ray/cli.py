@@ -16,6 +16,9 @@ from wde_server.public import ServerOptions, check_names, server_options
 @click.argument("output_path", metavar="OUTPUT")
 @click.option("--model", "-m", default=None, help="Model directory or hub id (default: the default model).")
 @click.option("--column", default="text", show_default=True, help="The column holding the texts.")
+@click.option("--image-column", default=None,
+              help="Embed this column's images instead of the texts (an image model): Parquet binary bytes, file "
+                   "paths (relative to INPUT's folder) or data:image/...;base64, URLs.")
 @click.option("--output-column", default="embedding", show_default=True, help="The column the vectors go to.")
 @click.option("--id-column", default="id", show_default=True, help="The column naming rows in errors.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
@@ -34,22 +37,23 @@ from wde_server.public import ServerOptions, check_names, server_options
 @click.option("--prompt-name", default=None, help="A prompt of the model's, put before every text.")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
               help="An engine argument (as in wde inspect); VALUE is read as JSON, else as text.")
-def embed_dataset(input_path, output_path, model, column, output_column, id_column, workers, num_cpus, num_gpus,
-                  batch_size, address, on_error, allow_empty, dimensions, prompt_name, engine_args) -> None:
-    """Embed the COLUMN of every row of INPUT (a .jsonl or .parquet file, or a folder of them) on Ray and write
-    the rows, every input column kept and the vectors added, as Parquet files into the folder OUTPUT."""
+def embed_dataset(input_path, output_path, model, column, image_column, output_column, id_column, workers, num_cpus,
+                  num_gpus, batch_size, address, on_error, allow_empty, dimensions, prompt_name, engine_args) -> None:
+    """Embed the COLUMN (or --image-column) of every row of INPUT (a .jsonl or .parquet file, or a folder of them)
+    on Ray and write the rows, every input column kept and the vectors added, as Parquet files into OUTPUT."""
     from wde_ray.batch import embed
-    from wde_ray.files import find_cause, read_dataset, start_ray
+    from wde_ray.files import find_cause, image_root, read_dataset, start_ray
     from wde_ray.rows import RowError
 
     args = parse_engine_args(engine_args)
     start = time.perf_counter()
     started = start_ray(address, workers * num_cpus)
     try:
-        source = read_dataset(input_path)
-        if column not in source.schema().names:
-            raise ValueError(f"{input_path}: no column {column!r} (columns: {', '.join(source.schema().names)})")
-        ds = embed(source, model, column=column, output_column=output_column,
+        source, wanted = read_dataset(input_path), image_column or column
+        if wanted not in source.schema().names:
+            raise ValueError(f"{input_path}: no column {wanted!r} (columns: {', '.join(source.schema().names)})")
+        ds = embed(source, model, column=column, output_column=output_column, image_column=image_column,
+                   image_root=image_root(input_path) if image_column else None,
                    id_column=id_column, on_error=on_error, allow_empty=allow_empty, batch_size=batch_size,
                    workers=workers, num_cpus=num_cpus, num_gpus=num_gpus, dimensions=dimensions,
                    prompt_name=prompt_name, **args)

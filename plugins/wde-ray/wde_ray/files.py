@@ -34,6 +34,12 @@ def read_dataset(path: str) -> Any:
     return ray.data.read_parquet(files)
 
 
+def image_root(path: str) -> str:
+    """The folder relative image paths of ``path``'s rows start from: the folder itself, or the file's folder."""
+    root = Path(path).resolve()
+    return str(root if root.is_dir() else root.parent)
+
+
 def start_ray(address: str | None, cpus_needed: float) -> bool:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), else start a local Ray for the run; ``True`` if
     this call started one. A local Ray gets one logical CPU beyond the actors' for reading and writing."""

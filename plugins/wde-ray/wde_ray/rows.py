@@ -11,7 +11,7 @@ import pyarrow as pa
 
 ON_ERROR = ("raise", "null")
 ERROR_COLUMN = "error"
-_ENGINE_PREFIX = re.compile(r"^input \d+: (field '\w+' )?")
+_ENGINE_PREFIX = re.compile(r"^input \d+: (field '\w+':? )?")
 
 
 class RowError(ValueError):
@@ -47,7 +47,7 @@ def text_problem(value: Any, *, allow_empty: bool) -> str | None:
 
 
 def engine_problem(exc: Exception) -> str:
-    """The engine's message for a one-row call, without its ``input 0: field 'text'`` prefix."""
+    """The engine's message for a one-row call, without its ``input 0: field 'text'`` (or ``'image':``) prefix."""
     return _ENGINE_PREFIX.sub("", str(exc))
 
 
