@@ -475,7 +475,8 @@ def write_clip_tokenizer(directory: Path, family: str, max_length: int) -> tuple
 
 
 def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, half: str | None = None,
-                     text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE, **vision) -> Path:
+                     text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE, projection_dim: int = 24,
+                     **vision) -> Path:
     """A random ``CLIPModel`` / ``SiglipModel`` (``half="vision"`` or ``"text"``: the ``...VisionModel`` /
     ``...TextModel`` half alone) with its tokenizer and image processor saved as the hub has them."""
     import torch
@@ -490,7 +491,7 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
     vision = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=4,
                   image_size=image_size, patch_size=PATCH, **vision)
     prefix = {"clip": "CLIP", "siglip": "Siglip"}[family]
-    extra = {"projection_dim": 24} if family == "clip" else {}
+    extra = {"projection_dim": projection_dim} if family == "clip" else {}
     if family == "siglip":  # SigLIP's text head projects into the vision tower's width
         text["projection_size"] = vision["hidden_size"]
     config = getattr(transformers, f"{prefix}Config")(text_config=text, vision_config=vision, **extra)
@@ -501,7 +502,7 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
         part = config.vision_config if half == "vision" else config.text_config
         suffix = "ModelWithProjection" if family == "clip" else "Model"
         if family == "clip":
-            part.projection_dim = 24
+            part.projection_dim = projection_dim
         model = getattr(transformers, f"{prefix}{half.capitalize()}{suffix}")(part)
     with torch.no_grad():  # HF initializes norms to 1 and biases to 0: make them random too
         for name, param in model.named_parameters():

@@ -23,7 +23,7 @@ How each kind is checked:
 
 The models the examples name are stand-ins here: tiny random-weight models of the same architectures
 (wde-plugin-kit's ``save_random_model``), put in a temporary hub cache under the names the docs use
-(``BAAI/bge-m3`` with its two head files, ``BAAI/bge-reranker-v2-m3``) and in ``./my-bert-nli``, with
+(``BAAI/bge-m3`` with its two head files, ``BAAI/bge-reranker-v2-m3``, a CLIP as ``openai/clip-vit-base-patch32``) and in ``./my-bert-nli``, with
 ``HF_HUB_OFFLINE=1``. They prove the code runs as written, not the scores; the default model is the real
 packaged all-MiniLM-L6-v2. ``wde`` is run through a script that calls the entry point ``pyproject.toml``
 names, so the commands run this checkout's code even where an installed ``wde`` script is older.
@@ -330,6 +330,7 @@ def make_stand_ins(work: Path) -> Path:
     from transformers import (BertConfig, BertForSequenceClassification, XLMRobertaConfig,
                               XLMRobertaForSequenceClassification, XLMRobertaModel)
 
+    from conftest import save_random_clip
     from wde_plugin_kit import save_random_model
 
     hub = work / "hub"
@@ -350,6 +351,7 @@ def make_stand_ins(work: Path) -> Path:
     save_random_model(snapshot("BAAI/bge-reranker-v2-m3"),
                       XLMRobertaConfig(architectures=["XLMRobertaForSequenceClassification"], num_labels=1, **xlmr),
                       model_class=XLMRobertaForSequenceClassification, tokenizer="bpe")
+    save_random_clip(snapshot("openai/clip-vit-base-patch32"), "clip", projection_dim=512)  # 512 wide, as the real
     labels = {0: "contradiction", 1: "entailment", 2: "neutral"}
     save_random_model(work / "my-bert-nli", BertConfig(
         architectures=["BertForSequenceClassification"], hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
