@@ -123,3 +123,45 @@ def test_without_the_kit_wde_plugin_names_the_distribution_that_provides_it(tmp_
     assert run.returncode == 1 and not (tmp_path / "x").exists()
     assert ("wde plugin is provided by the wde-plugin-kit plugin, installed but left out by WDE_PLUGINS='wde-bert'"
             in run.stderr), run.stderr
+
+
+# --- --modality image: a vision tower on wde-clip's image-text workflow (issue 25) ---------------------------------
+VISION, VISION_ARCH, VISION_PACKAGE = "wde-vision-demo", "VisionDemoModel", "wde_vision_demo"
+
+
+@pytest.fixture(scope="module")
+def generated_vision(tmp_path_factory):
+    """The distribution written by ``wde plugin new wde-vision-demo --modality image -a VisionDemoModel``."""
+    root = tmp_path_factory.mktemp("scaffold-image")
+    result = CliRunner().invoke(plugin, ["new", VISION, "--modality", "image", "--architecture", VISION_ARCH,
+                                         "--directory", str(root / VISION)])
+    assert result.exit_code == 0, result.output
+    return root / VISION
+
+
+def test_image_modality_writes_a_vision_tower_on_the_image_text_workflow(generated_vision):
+    files = {str(p.relative_to(generated_vision)) for p in generated_vision.rglob("*") if p.is_file()}
+    assert files == {"README.md", "pyproject.toml", f"{VISION_PACKAGE}/__init__.py", f"{VISION_PACKAGE}/model.py",
+                     f"{VISION_PACKAGE}/plugin.py", "tests/test_parity.py"}
+    assert '"wde-core>=0.1.0", "wde-clip>=0.1.0"' in (generated_vision / "pyproject.toml").read_text()
+    plugin_py = (generated_vision / VISION_PACKAGE / "plugin.py").read_text()
+    assert f'architecture="{VISION_ARCH}"' in plugin_py and 'IMAGE_TEXT_WORKFLOW = "image-text"' in plugin_py
+    assert f'model="{VISION_PACKAGE}.model:{VISION_ARCH}"' in plugin_py
+    assert "from wde_clip.public import ImageTextBatch" in (generated_vision / VISION_PACKAGE / "model.py").read_text()
+    assert "{{" not in "".join(p.read_text() for p in generated_vision.rglob("*") if p.is_file())
+    for path in generated_vision.rglob("*.py"):
+        assert wde_imports(path) <= ALLOWED_IMPORTS, path
+
+
+def test_generated_vision_plugin_loads_without_torch_and_its_parity_test_passes(generated_vision, tmp_path):
+    pytest.importorskip("wde_clip")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(generated_vision),
+                                                                    os.environ.get("PYTHONPATH")])))
+    check = (f"import sys, {VISION_PACKAGE}.plugin as p; assert 'torch' not in sys.modules; "
+             "from wde_clip.public import IMAGE_TEXT_WORKFLOW as w; assert p.IMAGE_TEXT_WORKFLOW == w.name, w.name")
+    subprocess.run([sys.executable, "-c", check], env=env, check=True, capture_output=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                          str(generated_vision / "tests")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "2 passed" in run.stdout and "{'torch_sdpa': " in run.stdout and "{'eager': " in run.stdout

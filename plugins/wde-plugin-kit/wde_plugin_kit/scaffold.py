@@ -1,4 +1,5 @@
-"""``wde plugin new``: write the skeleton of a plugin distribution (entry point, link, model, parity test)."""
+"""``wde plugin new``: write the skeleton of a plugin distribution (entry point, link, model, parity test): a text
+encoder on the core's embed workflow, or with ``--modality image`` a vision tower on wde-clip's image-text one."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 import click
 
 _DIST_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
-# the files written, each from FILE.tmpl under wde_plugin_kit/templates/plugin ("package/" is the import name)
+# the files written, each from FILE.tmpl under wde_plugin_kit/templates/<modality's folder> ("package/" is the
+# import name): text encoders from templates/plugin, vision towers from templates/image
 FILES = ("pyproject.toml", "README.md", "package/__init__.py", "package/plugin.py", "package/model.py",
          "tests/test_parity.py")
+TEMPLATES = {"text": "plugin", "image": "image"}
 
 
 def package_name(name: str) -> str:
@@ -41,8 +44,10 @@ def render(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], template)
 
 
-def write_skeleton(name: str, architecture: str | None = None, directory: str | Path | None = None) -> list[Path]:
-    """Write the plugin distribution ``name`` into ``directory`` (default ``./name``); return the files written."""
+def write_skeleton(name: str, architecture: str | None = None, directory: str | Path | None = None,
+                   modality: str = "text") -> list[Path]:
+    """Write the plugin distribution ``name`` for ``modality`` (``text`` or ``image``) into ``directory`` (default
+    ``./name``); return the files written."""
     package = check_name(name)
     architecture = architecture or default_architecture(name)
     if not architecture.isidentifier() or keyword.iskeyword(architecture):
@@ -53,7 +58,7 @@ def write_skeleton(name: str, architecture: str | None = None, directory: str | 
         raise click.BadParameter(f"{str(target)!r} already exists and is not an empty directory",
                                  param_hint="'--directory'" if directory is not None else "NAME")
     values = {"name": name, "package": package, "architecture": architecture, "model_class": architecture}
-    templates = resources.files("wde_plugin_kit") / "templates" / "plugin"
+    templates = resources.files("wde_plugin_kit") / "templates" / TEMPLATES[modality]
     written = []
     for name in FILES:
         path = target / re.sub(r"^package/", f"{package}/", name)
@@ -75,9 +80,11 @@ def plugin() -> None:
               help="HF architecture to serve, as in config.json (default: from NAME, wde-foo -> FooModel).")
 @click.option("--directory", "-d", type=click.Path(file_okay=False), default=None,
               help="Where to write the distribution (default: ./NAME); must not exist or be empty.")
-def new(name: str, architecture: str | None, directory: str | None) -> None:
+@click.option("--modality", type=click.Choice(sorted(TEMPLATES)), default="text", show_default=True,
+              help="text: an encoder on the embed workflow; image: a vision tower on wde-clip's image-text workflow.")
+def new(name: str, architecture: str | None, directory: str | None, modality: str) -> None:
     """Write a plugin distribution NAME: pyproject.toml with the entry point, plugin, model, parity test, README."""
-    written = write_skeleton(name, architecture, directory)
+    written = write_skeleton(name, architecture, directory, modality)
     root = written[0].parent
     for path in written:
         click.echo(f"wrote {path}")
