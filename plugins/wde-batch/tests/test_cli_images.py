@@ -196,8 +196,8 @@ def test_image_usage_errors(wde, tiny_st_bert_dir, pictures, tmp_path):
                       exit_code=2) == (f"Error: '{pictures[1]}' names an image file, and an argument is embedded as "
                                        f"text: pass it as --image {pictures[1]} (one --image per file)")
     missing = tmp_path / "nope.png"
-    result = wde("encode", "-m", tiny_st_bert_dir, "--image", missing)
-    assert result.exit_code == 2 and f"'{missing}' does not exist" in result.output
+    line = error_line(wde("encode", "-m", tiny_st_bert_dir, "--image", missing))
+    assert line == f"Error: --image {missing}: no such file"
 
 
 def test_the_help_says_the_order(wde):
@@ -211,3 +211,17 @@ def test_images_from_stdin_jsonl_resolve_against_the_working_directory(wde, clip
     got = vectors(ok(wde("encode", "-m", clip_dir, "--device", "cpu", "--input-format", "jsonl",
                          stdin=stdin)).stdout)[0]
     assert np.abs(got - engine_encode(clip_dir, [pictures[1], TEXTS[0]])).max() <= TOL
+
+
+def test_an_engine_error_about_a_text_from_a_file_names_its_line(wde, tiny_st_bert_dir, tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": "short"}, {"text": "word " * 200}])
+    line = error_line(wde("encode", "-m", tiny_st_bert_dir, "--device", "cpu", "--no-truncate", "-i", path))
+    assert line.startswith(f"Error: {path} line 2: field 'text' has 202 tokens, more than max_model_len=128")
+
+
+def test_a_datasets_image_struct_column(wde, clip_dir, pictures, tmp_path):
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    structs = [{"bytes": pictures[0].read_bytes(), "path": None}, {"bytes": None, "path": str(pictures[1])}]
+    pq.write_table(pa.table({"image": structs}), tmp_path / "in.parquet")
+    got = vectors(ok(wde("encode", "-m", clip_dir, "--device", "cpu", "-i", tmp_path / "in.parquet")).stdout)[0]
+    assert np.abs(got - engine_encode(clip_dir, pictures[:2])).max() <= TOL

@@ -17,7 +17,7 @@ PROGRESS_THRESHOLD = 256
 @click.command("encode")
 @click.argument("texts", nargs=-1)
 @click.option("-m", "--model", default=None, help="Model directory or hub id (default: the plugins' default).")
-@click.option("--image", "images", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--image", "images", multiple=True, type=click.Path(path_type=Path),
               help="An image file to embed (repeatable; an image model such as CLIP); after the TEXTS, in order.")
 @input_options
 @click.option("--image-column", default="image", show_default=True,

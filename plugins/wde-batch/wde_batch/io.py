@@ -65,6 +65,9 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None, *, input_format:
     (or stdin), with their ids (an ``id`` field or column); records may hold an ``image_column`` instead."""
     if (texts or images) and input_file:
         raise click.UsageError("give texts (or --image) as arguments or --input, not both")
+    missing = next((p for p in images if not p.is_file()), None)
+    if missing is not None:
+        raise click.ClickException(f"--image {missing}: no such file")
     if texts or images:
         return Inputs([*texts, *images], None, [None] * len(texts) + [f"--image {p}" for p in images])
     stdin = input_file in (None, "-")
