@@ -462,7 +462,9 @@ def write_clip_tokenizer(directory: Path, family: str, max_length: int) -> tuple
     from tokenizers import Tokenizer, processors
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer.from_str(_bpe_json())
+    bpe = json.loads(_bpe_json())
+    bpe["model"]["vocab"]["<unk>"] = len(bpe["model"]["vocab"])  # SigLIP 2's tokenizer class (Gemma's) wants one
+    tokenizer = Tokenizer.from_str(json.dumps(bpe))
     tokenizer.add_special_tokens([CLIP_BOS, "<pad>"])
     bos, eos = tokenizer.token_to_id(CLIP_BOS), tokenizer.token_to_id(CLIP_EOS)
     template = f"{CLIP_BOS} $A {CLIP_EOS}" if family == "clip" else f"$A {CLIP_EOS}"
@@ -477,7 +479,7 @@ def write_clip_tokenizer(directory: Path, family: str, max_length: int) -> tuple
 def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, half: str | None = None,
                      text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE, projection_dim: int = 24,
                      **vision) -> Path:
-    """A random ``CLIPModel`` / ``SiglipModel`` (``half="vision"`` or ``"text"``: the ``...VisionModel`` /
+    """A random ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (``half="vision"`` or ``"text"``: the ``...VisionModel`` /
     ``...TextModel`` half alone) with its tokenizer and image processor saved as the hub has them."""
     import torch
     import transformers
@@ -485,14 +487,15 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
     directory.mkdir(parents=True, exist_ok=True)
     max_length = 77 if family == "clip" else 16
     bos, eos = write_clip_tokenizer(directory, family, max_length)
-    text = dict(vocab_size=DECODER_VOCAB + 2, hidden_size=32, intermediate_size=37, num_hidden_layers=text_layers,
+    text = dict(vocab_size=DECODER_VOCAB + 3, hidden_size=32, intermediate_size=37, num_hidden_layers=text_layers,
                 num_attention_heads=4, max_position_embeddings=max_length, bos_token_id=bos, eos_token_id=eos,
                 pad_token_id=eos)
     vision = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=4,
-                  image_size=image_size, patch_size=PATCH, **vision)
-    prefix = {"clip": "CLIP", "siglip": "Siglip"}[family]
+                  patch_size=PATCH, **vision)
+    vision.update(num_patches=16) if family == "siglip2" else vision.update(image_size=image_size)  # a 4 x 4 grid
+    prefix = {"clip": "CLIP", "siglip": "Siglip", "siglip2": "Siglip2"}[family]
     extra = {"projection_dim": projection_dim} if family == "clip" else {}
-    if family == "siglip":  # SigLIP's text head projects into the vision tower's width
+    if family != "clip":  # SigLIP's text head projects into the vision tower's width
         text["projection_size"] = vision["hidden_size"]
     config = getattr(transformers, f"{prefix}Config")(text_config=text, vision_config=vision, **extra)
     torch.manual_seed(seed)
@@ -512,8 +515,10 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
     if family == "clip":
         processor = transformers.CLIPImageProcessor(size={"shortest_edge": image_size},
                                                     crop_size={"height": image_size, "width": image_size})
-    else:
+    elif family == "siglip":
         processor = transformers.SiglipImageProcessor(size={"height": image_size, "width": image_size})
+    else:  # each image resized to its own grid of at most 24 patches of 4 px (the 4 x 4 positions resized to it)
+        processor = transformers.Siglip2ImageProcessor(patch_size=PATCH, max_num_patches=24)
     processor.save_pretrained(directory)
     return directory
 

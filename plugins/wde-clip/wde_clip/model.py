@@ -26,7 +26,8 @@ class DualEncoder(nn.Module):
         towers = Towers.of(config, list(getattr(config, "architectures", None) or []))
         self.towers = towers
         self.text_model = TextTower(towers.text, attention, siglip=towers.siglip) if towers.text else None
-        self.vision_model = VisionTower(towers.vision, attention, siglip=towers.siglip) if towers.vision else None
+        self.vision_model = VisionTower(towers.vision, attention, siglip=towers.siglip, naflex=towers.naflex) \
+            if towers.vision else None
         self.text_projection = self.visual_projection = None
         if towers.projection_dim is not None and towers.text is not None:
             self.text_projection = Linear(towers.text.hidden_size, towers.projection_dim, bias=False)
@@ -40,7 +41,7 @@ class DualEncoder(nn.Module):
             vectors = self.text_model(batch.texts)
             parts.append((batch.text_rows, vectors if self.text_projection is None else self.text_projection(vectors)))
         if batch.pixel_values is not None:
-            vectors = self.vision_model(batch.pixel_values, batch.image_metadata)
+            vectors = self.vision_model(batch)
             projection = self.visual_projection
             parts.append((batch.image_rows, vectors if projection is None else projection(vectors)))
         dense = parts[0][1].new_empty(batch.num_seqs, parts[0][1].shape[1])

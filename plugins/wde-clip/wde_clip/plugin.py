@@ -18,6 +18,9 @@ ARCHITECTURES = {
     "SiglipModel": "SigLIP: text (pooled at the last of 64 padded tokens) and vision (attention-pooling head) towers",
     "SiglipVisionModel": "SigLIP's vision tower alone (image embeddings)",
     "SiglipTextModel": "SigLIP's text tower alone (text embeddings)",
+    "Siglip2Model": "SigLIP 2: SigLIP's towers; NaFlex images, each its own patch grid with resized positions",
+    "Siglip2VisionModel": "SigLIP 2's vision tower alone (image embeddings)",
+    "Siglip2TextModel": "SigLIP 2's text tower alone (text embeddings)",
 }
 IMAGE_TEXT_WORKFLOW = replace(EMBED_WORKFLOW, name=WORKFLOW, input_processor="image-text", tokenizer="image-text",
                               model_input_builder="image-text",

@@ -33,6 +33,11 @@ def image_note(directory, towers: Towers) -> str:
                          "exactly as it says")
     config = json.loads(path.read_text())
     v = towers.vision
+    if towers.naflex:
+        return (f"NaFlex: each image resized to its own grid of {v.patch_size} px patches, at most "
+                f"{config.get('max_num_patches', v.num_patches)} patches (tokens), the {v.num_patches} position "
+                f"embeddings resized to it; {config.get('image_processor_type', 'image processor')}: convert to RGB, "
+                f"rescale, normalize (mean {config.get('image_mean')}, std {config.get('image_std')})")
     grid = v.image_size // v.patch_size
     steps = [f"resize to {config.get('size')}" if config.get("do_resize", True) else None,
              f"center crop to {config.get('crop_size')}" if config.get("do_center_crop") else None,

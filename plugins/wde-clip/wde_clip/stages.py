@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
@@ -95,10 +95,24 @@ class ImageTextTokenizer(HFTokenizer):
         if not requests:
             return
         pictures = [load_image(r.image, f"input {r.index}") for r in requests]
-        pixels = self.image_processor(images=pictures, return_tensors="pt")["pixel_values"]
-        for request, image in zip(requests, pixels):
-            request.image = image
-            request.token_ids = [0] * self.towers.tokens_per_image
+        processed = self.image_processor(images=pictures, return_tensors="pt")
+        grids = processed.get("spatial_shapes")  # SigLIP 2: each image's own patch grid, padded patches after it
+        for i, (request, image) in enumerate(zip(requests, processed["pixel_values"])):
+            if grids is None:
+                request.image, tokens = image, self.towers.tokens_per_image
+            else:
+                height, width = grids[i].tolist()
+                tokens = height * width
+                request.image = PatchGrid(image[:tokens].clone(), height, width)
+            request.token_ids = [0] * tokens
+
+
+class PatchGrid(NamedTuple):
+    """A SigLIP 2 image: its flattened patches ``[height * width, C*p*p]`` and its grid."""
+
+    patches: torch.Tensor
+    height: int
+    width: int
 
 
 @dataclass
@@ -110,8 +124,9 @@ class TextBatch(ModelInput):
 
 @dataclass
 class ImageTextBatch:
-    """One batch of texts and images: ``texts`` packed (or ``None``), ``pixel_values [images, C, S, S]`` and
-    the images' attention metadata; ``text_rows``/``image_rows`` place their vectors in batch order."""
+    """One batch of texts and images: ``texts`` packed (or ``None``); the images' ``pixel_values`` (``[images, C,
+    S, S]``, or SigLIP 2's patches ``[tokens, C*p*p]`` with each image's ``spatial_shapes``), each image's token
+    count and first token, and their attention metadata; ``text_rows``/``image_rows`` put vectors in batch order."""
 
     texts: TextBatch | None
     pixel_values: torch.Tensor | None
@@ -119,6 +134,9 @@ class ImageTextBatch:
     text_rows: torch.Tensor
     image_rows: torch.Tensor
     num_seqs: int
+    image_lens: list[int] = dataclasses.field(default_factory=list)
+    image_starts: torch.Tensor | None = None
+    spatial_shapes: torch.Tensor | None = None
     outputs: frozenset = frozenset({"dense"})
 
     def to(self, device: torch.device) -> "ImageTextBatch":
@@ -138,14 +156,25 @@ class ImageTextBatchBuilder(FlatBatchBuilder):
         text_rows = [i for i, r in enumerate(requests) if r.image is None]
         image_rows = [i for i, r in enumerate(requests) if r.image is not None]
         texts = self.build_texts([requests[i] for i in text_rows]) if text_rows else None
-        pixels, metadata = None, None
+        batch = ImageTextBatch(texts, None, None, torch.tensor(text_rows, dtype=torch.long),
+                               torch.tensor(image_rows, dtype=torch.long), len(requests))
         if image_rows:
-            pixels = torch.stack([requests[i].image for i in image_rows])
-            lens = [self.towers.tokens_per_image] * len(image_rows)
-            cu_seqlens = torch.arange(len(lens) + 1, dtype=torch.int32) * lens[0]
-            metadata = self.attention.build_metadata(lens, cu_seqlens, causal=False)
-        return ImageTextBatch(texts, pixels, metadata, torch.tensor(text_rows, dtype=torch.long),
-                              torch.tensor(image_rows, dtype=torch.long), len(requests))
+            self.add_images(batch, [requests[i] for i in image_rows])
+        return batch
+
+    def add_images(self, batch: ImageTextBatch, requests: list[Request]) -> None:
+        """The images' pixels (or patches), token counts, first tokens and attention metadata."""
+        images = [r.image for r in requests]
+        if isinstance(images[0], PatchGrid):
+            batch.pixel_values = torch.cat([image.patches for image in images])
+            batch.spatial_shapes = torch.tensor([(image.height, image.width) for image in images])
+        else:
+            batch.pixel_values = torch.stack(images)
+        batch.image_lens = [r.num_tokens for r in requests]
+        cu_seqlens = torch.zeros(len(images) + 1, dtype=torch.int32)
+        torch.cumsum(torch.tensor(batch.image_lens), 0, out=cu_seqlens[1:])
+        batch.image_starts = cu_seqlens[:-1].long()
+        batch.image_metadata = self.attention.build_metadata(batch.image_lens, cu_seqlens, causal=False)
 
     def build_texts(self, requests: list[Request]) -> TextBatch:
         """The core's packed batch of the texts, plus each one's pooled token."""

@@ -101,14 +101,34 @@ class VisionEmbeddings(nn.Module):
                                          bias=not class_token)
         self.position_embedding = nn.Embedding(grid * grid + int(class_token), config.hidden_size)
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """``[images, C, S, S]`` -> ``[images * tokens, H]``, each image's tokens contiguous."""
+    def forward(self, batch) -> torch.Tensor:
+        """``pixel_values [images, C, S, S]`` -> ``[images * tokens, H]``, each image's tokens contiguous."""
         p, weight = self.patch, self.patch_embedding.weight
-        patches = F.unfold(pixel_values.to(weight.dtype), p, stride=p).transpose(1, 2)  # [N, patches, C*p*p]
+        patches = F.unfold(batch.pixel_values.to(weight.dtype), p, stride=p).transpose(1, 2)  # [N, patches, C*p*p]
         x = F.linear(patches, weight.flatten(1), self.patch_embedding.bias)
         if self.class_embedding is not None:
             x = torch.cat((self.class_embedding.expand(x.shape[0], 1, -1), x), dim=1)
         return (x + self.position_embedding.weight).flatten(0, 1)
+
+
+class FlexibleGridEmbeddings(nn.Module):
+    """SigLIP 2 (NaFlex): each image is its own ``h x w`` grid of flattened patches; the square grid of position
+    embeddings is resized to it (bilinear with antialiasing, as transformers does)."""
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.patch_embedding = nn.Linear(config.num_channels * config.patch_size ** 2, config.hidden_size)
+        self.position_embedding = nn.Embedding(config.num_patches, config.hidden_size)
+        self.side = int(config.num_patches ** 0.5)
+
+    def forward(self, batch) -> torch.Tensor:
+        """``pixel_values [patches, C*p*p]`` of images with grids ``spatial_shapes`` -> ``[patches, H]``."""
+        weight = self.patch_embedding.weight
+        x = self.patch_embedding(batch.pixel_values.to(weight.dtype))
+        grid = self.position_embedding.weight.float().reshape(self.side, self.side, -1).permute(2, 0, 1)[None]
+        positions = [F.interpolate(grid, size=(h, w), mode="bilinear", align_corners=False, antialias=True)[0]
+                     .flatten(1).T for h, w in batch.spatial_shapes.tolist()]
+        return x + torch.cat(positions).to(x.dtype)
 
 
 class AttentionPoolingHead(nn.Module):
@@ -117,41 +137,44 @@ class AttentionPoolingHead(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         hidden = config.hidden_size
-        self.num_heads = config.num_attention_heads
         self.probe = nn.Parameter(torch.empty(1, 1, hidden))
-        self.attention = nn.MultiheadAttention(hidden, self.num_heads, batch_first=True)
+        self.attention = nn.MultiheadAttention(hidden, config.num_attention_heads, batch_first=True)
         self.layernorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.fc1 = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
         self.fc2 = Linear(config.intermediate_size, hidden)
 
-    def forward(self, x: torch.Tensor, tokens_per_image: int) -> torch.Tensor:
-        """``[images * tokens, H]`` -> ``[images, H]``."""
-        x = x.view(-1, tokens_per_image, x.shape[-1])
-        probe = self.probe.expand(x.shape[0], -1, -1)
-        pooled = self.attention(probe, x, x, need_weights=False)[0][:, 0]
+    def forward(self, x: torch.Tensor, lens: list[int]) -> torch.Tensor:
+        """``[tokens, H]`` of images ``lens`` tokens long -> ``[images, H]``."""
+        if len(set(lens)) == 1:
+            padded, ignored = x.view(len(lens), lens[0], x.shape[-1]), None
+        else:
+            padded = nn.utils.rnn.pad_sequence(list(x.split(lens)), batch_first=True)
+            ignored = torch.arange(padded.shape[1], device=x.device)[None, :] >= torch.tensor(lens, device=x.device)[:, None]
+        probe = self.probe.expand(len(lens), -1, -1)
+        pooled = self.attention(probe, padded, padded, key_padding_mask=ignored, need_weights=False)[0][:, 0]
         return self.fc2(self.fc1(self.layernorm(pooled)), residual=pooled)
 
 
 class VisionTower(nn.Module):
     """The vision transformer: one pooled vector per image (CLIP: the normed class token; SigLIP: the head)."""
 
-    def __init__(self, config, attention, *, siglip: bool) -> None:
+    def __init__(self, config, attention, *, siglip: bool, naflex: bool = False) -> None:
         super().__init__()
         self.siglip = siglip
-        self.embeddings = VisionEmbeddings(config, class_token=not siglip)
-        self.tokens_per_image = self.embeddings.position_embedding.num_embeddings
+        self.embeddings = FlexibleGridEmbeddings(config) if naflex else VisionEmbeddings(config, class_token=not siglip)
         self.pre_layrnorm = None if siglip else nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.encoder = Encoder(config, attention)
         self.post_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.head = AttentionPoolingHead(config) if siglip and getattr(config, "vision_use_head", True) else None
 
-    def forward(self, pixel_values: torch.Tensor, attn_metadata) -> torch.Tensor:
-        """``[images, H]`` from preprocessed ``pixel_values [images, C, S, S]``."""
-        x = self.embeddings(pixel_values)
+    def forward(self, batch) -> torch.Tensor:
+        """``[images, H]`` from a batch's preprocessed images (``pixel_values``, ``image_lens``, metadata)."""
+        x = self.embeddings(batch)
         if self.pre_layrnorm is not None:
             x = self.pre_layrnorm(x)
-        x = self.encoder(x, attn_metadata)
-        if not self.siglip:
-            return self.post_layernorm(x[::self.tokens_per_image])
-        x = self.post_layernorm(x)
-        return self.head(x, self.tokens_per_image) if self.head is not None else x[::self.tokens_per_image]
+        x = self.post_layernorm(self.encoder(x, batch.image_metadata)) if self.siglip else \
+            self.encoder(x, batch.image_metadata)
+        if self.head is not None:
+            return self.head(x, batch.image_lens)
+        firsts = batch.image_starts
+        return x.index_select(0, firsts) if self.siglip else self.post_layernorm(x.index_select(0, firsts))

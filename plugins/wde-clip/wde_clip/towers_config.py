@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 
+WHOLE = ("clip", "siglip", "siglip2")  # model types holding both towers
+
+
 @dataclass(frozen=True)
 class Towers:
     """The text and vision configs (``None`` when absent), the family, and what follows from them."""
@@ -15,22 +18,25 @@ class Towers:
     vision: Any
     siglip: bool
     projection_dim: int | None  # CLIP's shared space; None: the towers' pooled vectors are the embeddings
+    naflex: bool = False  # SigLIP 2: each image its own patch grid (the processor's spatial_shapes)
 
     @staticmethod
     def of(config: Any, architectures: list[str]) -> "Towers":
         """The towers of a directory's ``config`` (its ``architectures`` tell a half with a projection)."""
         kind = config.model_type
         siglip = kind.startswith("siglip")
-        text = getattr(config, "text_config", None) if kind in ("clip", "siglip", "siglip2") else (
+        text = getattr(config, "text_config", None) if kind in WHOLE else (
             config if kind.endswith("text_model") else None)
-        vision = getattr(config, "vision_config", None) if kind in ("clip", "siglip", "siglip2") else (
+        vision = getattr(config, "vision_config", None) if kind in WHOLE else (
             config if kind.endswith("vision_model") else None)
         projected = not siglip and (kind == "clip" or any(a.endswith("WithProjection") for a in architectures))
-        return Towers(text, vision, siglip, config.projection_dim if projected else None)
+        return Towers(text, vision, siglip, config.projection_dim if projected else None, kind.startswith("siglip2"))
 
     @property
     def tokens_per_image(self) -> int:
-        """Patches per image, plus CLIP's class token."""
+        """Patches per image, plus CLIP's class token (SigLIP 2: the most patches an image may have)."""
+        if self.naflex:
+            return self.vision.num_patches
         grid = self.vision.image_size // self.vision.patch_size
         return grid * grid + (0 if self.siglip else 1)
 
