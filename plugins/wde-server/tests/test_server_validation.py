@@ -65,7 +65,7 @@ LOOSE = [(path, {**body, field: value}, field, "integer") for path, body, field 
          for value in (True, "5", 5.0)]
 LOOSE += [(path, {**body, field: value}, field, "boolean") for path, body, field in BOOL_FIELDS
           for value in ("yes", 1, "false")]
-INTEGER, MIXED = "Input should be a valid integer", "expected a string, an integer or a list; got 101.0"
+INTEGER, MIXED = "Input should be a valid integer", "expected a string, an integer, a list or an object; got 101.0"
 TOKEN_IDS = [("/v1/embeddings", {"input": [101, True]}, "input[1]", INTEGER),
              ("/v1/embeddings", {"input": [101.0]}, "input[0]", MIXED),
              ("/v1/embeddings", {"input": [[101, 102.0]]}, "input[0][1]", INTEGER),
@@ -85,11 +85,12 @@ def test_token_ids_are_json_integers_not_bools_or_floats(server, path, body, fie
     assert refused_naming(server, path, body, field) == f"{field}: {expected}"
 
 
-UNIONS = [("/v1/embeddings", {"input": ["a", 5]}, "input[1]", "valid string"),
+UNIONS = [("/v1/embeddings", {"input": ["a", 5]}, "input[1]", "expected a string or an object; got 5"),
           ("/v1/embeddings", {"input": [[101], [102, "x"]]}, "input[1][1]", "valid integer"),
           ("/v1/embeddings", {"input": [[101], "x"]}, "input[1]", "valid list"),
           ("/v1/embeddings", {"input": 42}, "input",
-           "expected a string, a list of strings, a list of token ids or a list of token-id lists; got 42"),
+           "expected a string, a list of strings, a list of token ids, a list of token-id lists or a list of strings "
+           "and objects; got 42"),
           ("/v1/rerank", {"query": "q", "documents": ["a", {"txt": "b"}]}, "documents[1].text", "Field required"),
           ("/v2/rerank", {"query": "q", "documents": ["a", {"text": 5}]}, "documents[1].text", "valid string"),
           ("/v2/rerank", {"query": "q", "documents": ["a", 5]}, "documents[1]",

@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from wde_server import __version__
 from wde_server.errors import install_error_handlers
+from wde_server.images import IMAGE_ROUTES, tiny_png
 from wde_server.keys import KeyRing
 from wde_server.metrics import Metrics
 from wde_server.middleware import ServerMiddleware
@@ -26,8 +27,9 @@ log = logging.getLogger("uvicorn.error")
 
 TRIM_SECONDS = 10.0  # how often `wde serve` returns free heap pages to the system
 
-# one short call per task, run before the port opens so the first client does not pay for warm-up
-WARM_UP = {"embed": ("encode", (["warm up"],)), "rerank": ("score", ([("warm up", "warm up")],)),
+# one short call per task (embed: see start_models), run before the port opens so the first client does not pay
+# for warm-up
+WARM_UP = {"rerank": ("score", ([("warm up", "warm up")],)),
            "classify": ("classify", (["warm up"],))}
 
 
@@ -66,8 +68,9 @@ def create_app(models: Sequence[ServedModel | str | None] = (None,), options: Se
     for routes in (openai.router, cohere.router, tei.router):
         app.include_router(routes)
     add_service_routes(app)
+    image_routes = IMAGE_ROUTES if any(m.reads_images for m in served) else frozenset()
     app.add_middleware(ServerMiddleware, options=options, metrics=metrics, keys=keys,
-                       routes=frozenset(route_paths(app.routes)))
+                       routes=frozenset(route_paths(app.routes)), image_routes=image_routes)
     return app
 
 
@@ -86,7 +89,10 @@ async def start_models(models: ModelSet, options: ServerOptions, metrics: Metric
     """Warm every model up, calibrate the embedders for int8/uint8, watch their batches."""
     texts = await asyncio.to_thread(read_calibration, options.calibration) if options.calibration else None
     for model in models:
-        if model.task in WARM_UP:
+        if model.task == "embed":  # a text and an image, as the model reads them
+            items = ["warm up"] * model.reads_texts + [{"image": tiny_png()}] * model.reads_images
+            await model.engine.call("encode", items or ["warm up"])
+        elif model.task in WARM_UP:
             method, args = WARM_UP[model.task]
             await model.engine.call(method, *args)
         if texts is not None:

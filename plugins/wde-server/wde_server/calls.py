@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from wde_core.plugin_api import Call, EmbedOptions, Request, TokenEmbedOptions, collect_embeddings
 from wde_server.errors import ApiError
+from wde_server.images import engine_items, named
 from wde_server.keys import retry_after
 from wde_server.models import ServedModel
 
@@ -47,8 +48,8 @@ INLINE_CHARS = 2048  # a call this short is tokenized on the event loop: cheaper
 
 
 def is_small(inputs: Sequence[Any]) -> bool:
-    """Whether a call's inputs are few and short enough to tokenize on the event loop."""
-    return len(inputs) <= 4 and sum(len(x) for x in inputs) <= INLINE_CHARS
+    """Whether a call's inputs are few and short enough to tokenize on the event loop (never images)."""
+    return len(inputs) <= 4 and not any(isinstance(x, dict) for x in inputs) and sum(map(len, inputs)) <= INLINE_CHARS
 
 
 @dataclass
@@ -159,12 +160,20 @@ def _timed(prepare: Callable[[], Call], timing: Timing, limits: Limits) -> Call:
     return Call(requests, collect)
 
 
-def embed_call(model: ServedModel, inputs: Sequence[str] | Sequence[Sequence[int]], *, truncate: str,
-               field_name: str, options: EmbedOptions, prompt_name: str | None = None,
-               output: str | tuple[str, ...] = "dense") -> Callable[[], Call]:
-    """A prepare function embedding texts or token-id lists, with an explicit truncation policy."""
+def embed_call(model: ServedModel, inputs: Sequence[Any], *, truncate: str, field_name: str,
+               options: EmbedOptions, prompt_name: str | None = None, output: str | tuple[str, ...] = "dense",
+               where: Sequence[str] | None = None, max_pixels: int | None = None) -> Callable[[], Call]:
+    """A prepare function embedding texts, token-id lists or (``where``: the request field of each input)
+    texts and images (``max_pixels`` in all), with an explicit truncation policy; an input the engine refuses
+    is named by ``where``."""
     def prepare() -> Call:
-        requests = _requests(model, inputs, truncate, field_name, options, prompt_name)
+        try:
+            items = inputs if where is None else engine_items(inputs, where, max_pixels)
+            requests = _requests(model, items, truncate, field_name, options, prompt_name)
+        except (ValueError, TypeError) as exc:
+            if where is None:
+                raise
+            raise named(exc, where) from None
         return Call(requests, lambda results: collect_embeddings(results, output, single=False))
 
     return prepare
@@ -182,13 +191,24 @@ def token_embed_call(model: ServedModel, texts: Sequence[str], *, truncate: str,
 
 def _requests(model: ServedModel, inputs: Sequence[Any], truncate: str, field_name: str, options: Any,
               prompt_name: str | None) -> list[Request]:
-    if inputs and not isinstance(inputs[0], str):
+    if inputs and isinstance(inputs[0], (list, tuple)):
         requests = token_requests(model, inputs, options, field_name)
     else:
         requests = model.sync.input_processor.process(list(inputs), prompt_name=prompt_name, options=options)
+        if not model.cuts_tokens:  # an image-text model's tokenizer cuts a text's end, or refuses it
+            model.sync.tokenizer.tokenize(requests, truncate=engine_truncation(model, truncate))
+            return requests
         model.sync.tokenizer.tokenize(requests, truncate="chunk")  # whole: cut or refused below
     fit_length(model, requests, truncate, field_name)
     return requests
+
+
+def engine_truncation(model: ServedModel, truncate: str) -> bool:
+    """The policy as the engine's ``truncate`` (cut the end, or refuse); cutting the start is refused (400)."""
+    if truncate == "start":
+        raise ApiError(400, f"truncate: model {model.name!r} cuts a long text at its end only; ask to cut the end, "
+                            "or send shorter texts", param="truncate")
+    return truncate == "end"
 
 
 def token_requests(model: ServedModel, token_lists: Sequence[Sequence[int]], options: Any,
@@ -213,7 +233,7 @@ def fit_length(model: ServedModel, requests: list[Request], truncate: str, field
     limit = model.max_model_len
     for request in requests:
         excess = request.num_tokens - limit
-        if excess <= 0:
+        if excess <= 0 or getattr(request, "image", None) is not None:  # an image's tokens are the model's own
             continue
         if truncate == "error":
             raise ApiError(422, f"{field_name}[{request.index}] has {request.num_tokens} tokens, more than the "

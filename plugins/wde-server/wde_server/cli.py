@@ -22,10 +22,16 @@ SHARED_PARAMETERS = [
                  help="Most inputs in one request (more: 413)."),
     click.option("--payload-limit", default=2_000_000, show_default=True, type=int,
                  help="Largest request body in bytes (more: 413)."),
+    click.option("--image-payload-limit", default=33_554_432, show_default=True, type=int,
+                 help="Largest body in bytes of a request with images, on /v1/embeddings and /v2/embed when a "
+                      "served model reads images (more: 413)."),
     click.option("--max-concurrent-requests", default=512, show_default=True, type=int,
                  help="Inference requests served at once (more: 429 with Retry-After)."),
     click.option("--max-request-tokens", default=131_072, show_default=True, type=int,
                  help="Most tokens in one request, all its inputs together (more: 413)."),
+    click.option("--max-request-pixels", default=200_000_000, show_default=True, type=int,
+                 help="Most pixels in one request, all its images together, read from their headers before any "
+                      "is decoded (more: 413)."),
     click.option("--max-output-floats", default=4_194_304, show_default=True, type=int,
                  help="Most floats in one /embed_all response: tokens x dimensions (more: 413)."),
     click.option("--request-timeout", default=None, type=float,

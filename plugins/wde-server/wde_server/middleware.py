@@ -41,8 +41,9 @@ class ServerMiddleware:
     """Request id, auth, rate and payload limits, body timeout, concurrency and metrics for the wrapped app."""
 
     def __init__(self, app, options: ServerOptions, metrics: Metrics, keys: KeyRing | None,
-                 routes: frozenset[str]) -> None:
+                 routes: frozenset[str], image_routes: frozenset[str] = frozenset()) -> None:
         self.app, self.options, self.metrics, self.keys, self.routes = app, options, metrics, keys, routes
+        self.image_routes = image_routes  # routes whose bodies may carry images: --image-payload-limit
         self.in_flight = 0
 
     async def __call__(self, scope, receive, send) -> None:
@@ -56,7 +57,9 @@ class ServerMiddleware:
         try:
             self.admit(scope, path, headers)
             if inference:
-                receive = replay(await self.read_body(receive), receive)
+                body = await self.read_body(receive, path)
+                scope.setdefault("state", {})["body_bytes"] = len(body)
+                receive = replay(body, receive)
                 self.take_slot(scope, headers)
         except Refused as refused:
             return await self.answer(send, path, route, request_id, refused)
@@ -98,13 +101,21 @@ class ServerMiddleware:
                 raise Refused(429, f"key {key.name!r} is over its limit of {key.requests_per_minute} requests "
                                    "a minute; retry after the time in Retry-After", {"retry-after": retry_after(wait)})
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.options.payload_limit:
-            raise Refused(413, f"body: {int(length)} bytes exceed the payload limit of {self.options.payload_limit} "
-                               "bytes (--payload-limit); split the request")
+        limit, flag = self.payload_limit(path)
+        if length is not None and length.isdigit() and int(length) > limit:
+            raise Refused(413, f"body: {int(length)} bytes exceed the payload limit of {limit} bytes ({flag}); "
+                               "split the request")
 
-    async def read_body(self, receive) -> bytes:
-        """The whole body, within ``--payload-limit`` bytes and ``--body-timeout`` seconds."""
-        limit, chunks, size = self.options.payload_limit, [], 0
+    def payload_limit(self, path: str) -> tuple[int, str]:
+        """The largest body ``path`` takes, and its flag: ``--image-payload-limit`` on routes that take images
+        (when a served model reads them), else ``--payload-limit``."""
+        if path in self.image_routes and self.options.image_payload_limit > self.options.payload_limit:
+            return self.options.image_payload_limit, "--image-payload-limit"
+        return self.options.payload_limit, "--payload-limit"
+
+    async def read_body(self, receive, path: str) -> bytes:
+        """The whole body, within the route's payload limit and ``--body-timeout`` seconds."""
+        (limit, flag), chunks, size = self.payload_limit(path), [], 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.body_timeout
         while True:
@@ -118,7 +129,7 @@ class ServerMiddleware:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > limit:
-                raise Refused(413, f"body: more than {limit} bytes (--payload-limit); split the request")
+                raise Refused(413, f"body: more than {limit} bytes ({flag}); split the request")
             if not message.get("more_body", False):
                 return b"".join(chunks)
 

@@ -9,8 +9,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wde_core.plugin_api import AsyncEngine
+from wde_core.plugin_api import AsyncEngine, Request
 from wde_server.errors import ApiError
+from wde_server.images import tiny_png
 
 # the routes each task serves, beside the ones every model serves
 TASK_ROUTES = {
@@ -37,6 +38,8 @@ class ServedModel:
         self.hidden_size = pipeline.model.embedding_size
         self.id2label = dict(getattr(pipeline.model.config, "id2label", None) or {})
         self.ranges: np.ndarray | None = None  # int8/uint8 calibration: per-dimension [min, max]
+        self.reads_texts, self.reads_images = reads(self.sync, "warm up"), reads(self.sync, image_probe())
+        self.cuts_tokens = keeps_whole(self.sync)  # else the engine's tokenizer cuts (the end) or refuses
 
     @property
     def routes(self) -> tuple[str, ...]:
@@ -74,6 +77,37 @@ class ServedModel:
                 "max_batch_requests": self.engine.pipeline.args.max_num_seqs,
                 "outputs": list(self.outputs), "prompts": sorted(self.settings.prompts),
                 "labels": [self.id2label[k] for k in sorted(self.id2label)] if self.task != "embed" else []}
+
+
+def image_probe() -> dict | None:
+    """A tiny PNG as an image input; ``None`` without Pillow (then no model reads images)."""
+    try:
+        return {"image": tiny_png()}
+    except ImportError:
+        return None
+
+
+def reads(engine: Any, item: Any) -> bool:
+    """Whether an embedder's input processor takes ``item`` (a text, or an image input)."""
+    if item is None or engine.pipeline.task != "embed":
+        return isinstance(item, str)
+    try:
+        engine.input_processor.process([item])
+    except Exception:  # noqa: BLE001 - whatever refuses the probe does not read it
+        return False
+    return True
+
+
+def keeps_whole(engine: Any) -> bool:
+    """Whether the engine's tokenizer leaves an over-long text whole (``truncate="chunk"``), for the server
+    to cut it at either end or refuse it; image-text tokenizers cut the end themselves."""
+    if engine.pipeline.task != "embed":
+        return True
+    try:
+        engine.tokenizer.tokenize([Request(0, "probe")], truncate="chunk")
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 class ModelSet:

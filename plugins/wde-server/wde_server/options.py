@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass
 
 OPEN_PATHS = ("/health", "/live", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/redoc")
-POSITIVE_INTS = ("max_client_batch_size", "payload_limit", "max_concurrent_requests", "max_request_tokens",
-                 "max_output_floats")
+POSITIVE_INTS = ("max_client_batch_size", "payload_limit", "image_payload_limit", "max_concurrent_requests",
+                 "max_request_tokens", "max_request_pixels", "max_output_floats")
 POSITIVE_SECONDS = ("header_timeout", "body_timeout", "graceful_timeout")
 
 
@@ -17,8 +17,10 @@ class ServerOptions:
 
     max_client_batch_size: int = 2048
     payload_limit: int = 2_000_000
+    image_payload_limit: int = 33_554_432  # 32 MiB: requests with images, where a served model reads them
     max_concurrent_requests: int = 512
     max_request_tokens: int = 131_072
+    max_request_pixels: int = 200_000_000  # all of a request's images, from their headers, before decoding
     max_output_floats: int = 4_194_304
     request_timeout: float | None = None
     header_timeout: float = 10.0

@@ -1,4 +1,4 @@
-"""Cohere's ``/v2/embed``; Cohere v1/v2 and Jina ``/v1/rerank``, ``/v2/rerank``."""
+"""Cohere's ``/v2/embed`` (texts and images); Cohere v1/v2 and Jina ``/v1/rerank``, ``/v2/rerank``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, embed_call, is_small, run
 from wde_server.encoding import by_type
 from wde_server.errors import ApiError
+from wde_server.images import check_payload, cohere_inputs, refuse_images
 from wde_server.models import ServedModel
 from wde_server.routes.common import answer, check_batch, model_for
 from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
@@ -20,7 +21,7 @@ router = APIRouter(tags=["Cohere and Jina"])
 # Cohere's input types and the prompt names sentence-transformers models use for them, in order of preference
 PROMPT_NAMES = {"search_query": ("search_query", "query"),
                 "search_document": ("search_document", "document", "passage", "doc"),
-                "classification": ("classification",), "clustering": ("clustering",)}
+                "classification": ("classification",), "clustering": ("clustering",), "image": ()}
 TRUNCATE = {"NONE": "error", "START": "start", "END": "end"}
 
 
@@ -33,21 +34,27 @@ def prompt_for_input_type(model: ServedModel, input_type: str | None) -> str | N
 
 @router.post("/v2/embed", response_model=CohereEmbedResponse)
 async def embed(body: CohereEmbedRequest, request: Request):
-    """Embed texts (Cohere embed v2): float, base64, int8/uint8 (calibrated) and binary/ubinary types."""
+    """Embed texts, images (data URLs) or inputs of one text or image part each (Cohere embed v2): float, base64,
+    int8/uint8 (calibrated) and binary/ubinary types."""
     model = model_for(request, body.model, "/v2/embed")
-    check_batch(request, body.texts, "texts")
+    inputs = cohere_inputs(body)
+    check_batch(request, inputs.checked(), inputs.name)
+    check_payload(request, inputs)
+    refuse_images(model, inputs)
     check_output_dimension(model, body.output_dimension)
     if {"int8", "uint8"} & set(body.embedding_types) and model.ranges is None:
         raise ApiError(400, "embedding_types: int8 and uint8 need calibration ranges; start the server with "
                             "--calibration FILE (texts like the ones you will embed) to enable them",
                        param="embedding_types")
     timing = Timing()
-    prepare = embed_call(model, body.texts, truncate=TRUNCATE[body.truncate], field_name="texts",
+    prepare = embed_call(model, inputs.items, truncate=TRUNCATE[body.truncate], field_name=inputs.name,
                          options=EmbedOptions(dimensions=body.output_dimension),
-                         prompt_name=prompt_for_input_type(model, body.input_type))
-    vectors = await run(model, prepare, timing, inline=is_small(body.texts), request=request)
+                         prompt_name=prompt_for_input_type(model, body.input_type), where=inputs.where,
+                         max_pixels=request.app.state.options.max_request_pixels)
+    vectors = await run(model, prepare, timing, inline=is_small(inputs.items), request=request)
+    billed = BilledUnits(input_tokens=timing.tokens, images=inputs.images or None)
     response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=by_type(vectors, body.embedding_types, model.ranges),
-                                   texts=body.texts, meta=Meta(billed_units=BilledUnits(input_tokens=timing.tokens)))
+                                   texts=inputs.texts if body.images is None else None, meta=Meta(billed_units=billed))
     return answer(request, response, timing, model)
 
 

@@ -1,4 +1,4 @@
-"""OpenAI's ``/v1/embeddings`` and ``/v1/models``; vLLM's ``/score`` and ``/classify``."""
+"""OpenAI's (and Jina's, with images) ``/v1/embeddings`` and ``/v1/models``; vLLM's ``/score`` and ``/classify``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, classify_call, embed_call, is_small, run, score_call
 from wde_server.encoding import to_base64
 from wde_server.errors import ApiError
+from wde_server.images import check_payload, jina_inputs, refuse_images
 from wde_server.routes.common import answer, as_list, check_batch, model_for
 from wde_server.schemas.openai import (ClassifyData, ClassifyRequest, ClassifyResponse, Embedding, EmbeddingRequest,
                                        EmbeddingResponse, ModelCard, ModelList, ScoreData, ScoreRequest,
@@ -22,15 +23,19 @@ router = APIRouter(tags=["OpenAI and vLLM"])
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse)
 async def embeddings(body: EmbeddingRequest, request: Request):
-    """Embed texts or token-id lists (OpenAI embeddings API); ``dimensions`` cuts Matryoshka vectors."""
+    """Embed texts or token-id lists (OpenAI embeddings API), or texts and images (Jina: ``{"text": ...}``,
+    ``{"image": ...}``); ``dimensions`` cuts Matryoshka vectors."""
     model = model_for(request, body.model, "/v1/embeddings")
-    inputs = as_list(body.input)
-    check_batch(request, inputs, "input")
+    inputs = jina_inputs(as_list(body.input))
+    check_batch(request, inputs.checked(), "input")
+    check_payload(request, inputs)
+    refuse_images(model, inputs)
     timing = Timing()
     policy = "end" if request.app.state.options.auto_truncate else "error"
-    prepare = embed_call(model, inputs, truncate=policy, field_name="input",
-                         options=EmbedOptions(dimensions=body.dimensions))
-    vectors = await run(model, prepare, timing, inline=is_small(inputs), request=request)
+    prepare = embed_call(model, inputs.items, truncate=policy, field_name="input",
+                         options=EmbedOptions(dimensions=body.dimensions), where=inputs.where,
+                         max_pixels=request.app.state.options.max_request_pixels)
+    vectors = await run(model, prepare, timing, inline=is_small(inputs.items), request=request)
     encode = to_base64 if body.encoding_format == "base64" else np.ndarray.tolist
     data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)

@@ -12,12 +12,35 @@ from wde_server.schemas.unions import one_of
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 
 
+class ImageUrl(Strict):
+    """An image's URL: a ``data:image/...;base64,`` URL (wde fetches no ``http(s)`` URL)."""
+
+    url: Text
+
+
+class ContentPart(Strict):
+    """A part of an input's ``content``: ``{"type": "text", "text": ...}`` or ``{"type": "image_url",
+    "image_url": {"url": ...}}``."""
+
+    type: Literal["text", "image_url"]
+    text: Text | None = None
+    image_url: ImageUrl | None = None
+
+
+class EmbedInput(Strict):
+    """One of ``inputs``: its parts (wde embeds one part per input)."""
+
+    content: list[ContentPart]
+
+
 class CohereEmbedRequest(Strict):
-    """``POST /v2/embed``."""
+    """``POST /v2/embed``: one of ``texts``, ``images`` (data URLs) or ``inputs``."""
 
     model: Text | None = None
-    texts: list[Text]
-    input_type: Literal["search_document", "search_query", "classification", "clustering"] | None = None
+    texts: list[Text] | None = None
+    images: list[Text] | None = None
+    inputs: list[EmbedInput] | None = None
+    input_type: Literal["search_document", "search_query", "classification", "clustering", "image"] | None = None
     embedding_types: list[EmbeddingType] = Field(default_factory=lambda: ["float"])
     output_dimension: int | None = Field(default=None, ge=1)
     truncate: Literal["NONE", "START", "END"] = "END"
@@ -27,6 +50,7 @@ class BilledUnits(Open):
     """What the request cost."""
 
     input_tokens: int | None = None
+    images: int | None = None
     search_units: int | None = None
 
 
@@ -42,7 +66,7 @@ class CohereEmbedResponse(Open):
 
     id: str
     embeddings: dict[str, list]
-    texts: list[str]
+    texts: list[str] | None = None
     meta: Meta
     response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
 

@@ -7,12 +7,26 @@ from typing import Literal
 from pydantic import Field
 
 from wde_server.schemas import Open, Strict, Text, Texts, TokenInputs
+from wde_server.schemas.unions import one_of
+
+
+class InputObject(Strict):
+    """A Jina input given as an object: ``{"text": ...}``, or ``{"image": ...}`` with a ``data:image/...;base64,``
+    URL or the bare base64 of the image file."""
+
+    text: Text | None = None
+    image: Text | None = None
+
+
+EmbeddingInputs = TokenInputs | one_of((list[one_of((Text, "a string"), (InputObject, "an object"))],
+                                        "a list of strings and objects"))
 
 
 class EmbeddingRequest(Strict):
-    """``POST /v1/embeddings``: a string, strings, a token-id list or lists of them."""
+    """``POST /v1/embeddings``: a string, strings, a token-id list or lists of them; or (Jina) a list of
+    strings, ``{"text": ...}`` and ``{"image": ...}`` objects."""
 
-    input: TokenInputs
+    input: EmbeddingInputs
     model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)

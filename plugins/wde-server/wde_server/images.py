@@ -1,0 +1,195 @@
+"""Image inputs on the embedding routes: a request's inputs as the engine's items (``str`` texts and
+``{"image": ...}`` images), each with the request field it came from, so that errors name that field.
+
+The routes only look at a URL's prefix; base64 is decoded, and the images' sizes read from their headers (then
+the images decoded by the engine), on the engine's tokenizer thread, never on the event loop. wde fetches no
+URL: an ``http(s)`` URL is refused by the engine by name.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from wde_server.errors import ApiError
+
+IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed"})  # the routes that take images (--image-payload-limit)
+REMOTE = ("http://", "https://")
+DATA_URL = "data:image/"
+ENGINE_ERROR = re.compile(r"input (\d+): (?:field '(\w+)' )?(.*)", re.S)  # how the engine names an input it refuses
+
+
+@dataclass
+class Inputs:
+    """One request's inputs for the engine: ``items`` in order, ``where`` each came from, ``name`` (the
+    request's input field), ``texts`` (the text items) and ``images`` (how many images)."""
+
+    name: str
+    items: list[Any] = field(default_factory=list)
+    where: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    images: int = 0
+
+    def add_text(self, text: str, where: str) -> None:
+        """Append a text."""
+        self.items.append(text)
+        self.where.append(where)
+        self.texts.append(text)
+
+    def add_image(self, source: str, where: str, *, bare_base64: bool) -> None:
+        """Append an image given as a URL string (``bare_base64``: a string that is no URL is base64)."""
+        if not source.startswith((DATA_URL, *REMOTE)) and (not bare_base64 or source.startswith("data:")):
+            raise ApiError(400, f"{where}: expected a data:image/...;base64, URL, got {shown(source)}", param=where)
+        self.items.append({"image": source})
+        self.where.append(where)
+        self.images += 1
+
+    def checked(self) -> list[Any]:
+        """The items as ``check_batch`` sees them: an image as its URL string (empty: refused as empty)."""
+        return [item["image"] if isinstance(item, dict) else item for item in self.items]
+
+
+def shown(value: str) -> str:
+    """A client's string, cut short for an error message."""
+    return repr(value[:40] + ("..." if len(value) > 40 else ""))
+
+
+def cohere_inputs(body: Any) -> Inputs:
+    """The inputs of a Cohere ``/v2/embed`` body: exactly one of ``texts``, ``images`` or ``inputs``."""
+    given = [name for name in ("texts", "images", "inputs") if getattr(body, name) is not None]
+    if len(given) != 1:
+        at = given[-1] if given else "texts"
+        raise ApiError(400, f"{at}: give exactly one of texts, images or inputs, not {' and '.join(given) or 'none'}",
+                       param=at)
+    if body.input_type == "image" and given[0] == "texts":
+        raise ApiError(400, "input_type: 'image' is for images; texts take search_document, search_query, "
+                            "classification or clustering", param="input_type")
+    inputs = Inputs(given[0])
+    for i, text in enumerate(body.texts or ()):
+        inputs.add_text(text, f"texts[{i}]")
+    for i, url in enumerate(body.images or ()):
+        inputs.add_image(url, f"images[{i}]", bare_base64=False)
+    for i, one in enumerate(body.inputs or ()):
+        add_content(inputs, one.content, f"inputs[{i}].content")
+    return inputs
+
+
+def add_content(inputs: Inputs, content: Sequence[Any], where: str) -> None:
+    """Append one Cohere input: a single text or image part (wde embeds one part per input)."""
+    if len(content) != 1:
+        if not content:
+            raise ApiError(400, f"{where}: empty; give one text or image part", param=where)
+        raise ApiError(400, f"{where}: {len(content)} parts; this model embeds a text or an image per input, not "
+                            "both; send them as separate inputs", param=where)
+    part = content[0]
+    at = f"{where}[0]"
+    wanted, unwanted = ("text", "image_url") if part.type == "text" else ("image_url", "text")
+    if getattr(part, wanted) is None or getattr(part, unwanted) is not None:
+        raise ApiError(400, f"{at}: a part of type {part.type!r} takes the field {wanted!r} (and not {unwanted!r})",
+                       param=at)
+    if part.type == "text":
+        inputs.add_text(part.text, f"{at}.text")
+    else:
+        inputs.add_image(part.image_url.url, f"{at}.image_url.url", bare_base64=False)
+
+
+def jina_inputs(given: Sequence[Any], name: str = "input") -> Inputs:
+    """The inputs of an ``/v1/embeddings`` body: strings, token-id lists, or (Jina) ``{"text"}``/``{"image"}``."""
+    inputs = Inputs(name)
+    for i, item in enumerate(given):
+        if isinstance(item, str) or isinstance(item, list):
+            inputs.items.append(item)
+            inputs.where.append(f"{name}[{i}]")
+        elif (item.text is None) == (item.image is None):
+            raise ApiError(400, f"{name}[{i}]: give one of 'text' or 'image'", param=f"{name}[{i}]")
+        elif item.text is not None:
+            inputs.add_text(item.text, f"{name}[{i}].text")
+        else:
+            inputs.add_image(item.image, f"{name}[{i}].image", bare_base64=True)
+    return inputs
+
+
+def engine_items(items: Sequence[Any], where: Sequence[str], max_pixels: int | None) -> list[Any]:
+    """``items`` for the engine, each image as its file's bytes (an ``http(s)`` URL as it is, for the engine to
+    refuse), on the tokenizer thread; 413 once the images' pixels, read from their headers, pass ``max_pixels``."""
+    engine, total = [], 0
+    for item, at in zip(items, where):
+        if not isinstance(item, dict):
+            engine.append(item)
+            continue
+        source = image_bytes(item["image"], at)
+        total += pixels(source)
+        if max_pixels is not None and total > max_pixels:
+            raise ApiError(413, f"{at}: the request's images reach {total:,} pixels, more than the limit of "
+                                f"{max_pixels:,} a request (--max-request-pixels); split the request", param=at)
+        engine.append({"image": source})
+    return engine
+
+
+def image_bytes(source: str, where: str) -> str | bytes:
+    """An image string's file bytes: a data URL's payload, or (Jina) bare base64; an ``http(s)`` URL as it is."""
+    if source.startswith(REMOTE):
+        return str(source)
+    head, base64_, payload = source.partition(";base64,") if source.startswith("data:") else ("", "", source)
+    if head and not base64_:
+        raise ApiError(400, f"{where}: expected a data:image/...;base64, URL, got {shown(source)}", param=where)
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        what = "a data URL whose base64 payload does not decode" if source.startswith("data:") else \
+            "neither a data:image/...;base64, URL nor valid base64 of an image file"
+        raise ApiError(400, f"{where}: {what}", param=where) from None
+
+
+def pixels(source: str | bytes) -> int:
+    """Width x height from an image file's header (nothing decoded); 0 when unreadable: the engine names it."""
+    if not isinstance(source, bytes):
+        return 0
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(source)) as picture:
+            return picture.width * picture.height
+    except Exception:  # noqa: BLE001 - not an image, or a bomb: the engine refuses it by name
+        return 0
+
+
+def named(exc: Exception, where: Sequence[str]) -> ApiError:
+    """The engine's error about ``input {i}`` as a 400 naming the request field it came from."""
+    message = str(exc).replace("pass truncate=True", "ask for truncation")
+    status = 422 if "max_model_len" in message else 400  # an over-long text, as the server's own check answers
+    match = ENGINE_ERROR.match(message)
+    if match is None or int(match[1]) >= len(where):
+        return ApiError(status, message)
+    at = where[int(match[1])]
+    return ApiError(status, f"{at}: {'the ' + match[2] + ' ' if match[2] else ''}{match[3]}", param=at)
+
+
+def refuse_images(model: Any, inputs: Inputs) -> None:
+    """A text-only model refuses images before any work (400 naming the first image)."""
+    if inputs.images and not model.reads_images:
+        first = next(at for item, at in zip(inputs.items, inputs.where) if isinstance(item, dict))
+        raise ApiError(400, f"{first}: model {model.name!r} reads text only; send images to a model that embeds "
+                            "them (CLIP, SigLIP)", param=first)
+
+
+def check_payload(request: Any, inputs: Inputs) -> None:
+    """A request without images keeps ``--payload-limit`` on the routes that take images (413)."""
+    size = getattr(request.state, "body_bytes", 0)
+    limit = request.app.state.options.payload_limit
+    if not inputs.images and size > limit:
+        raise ApiError(413, f"body: {size} bytes exceed the payload limit of {limit} bytes (--payload-limit) for a "
+                            "request without images; split the request")
+
+
+def tiny_png() -> bytes:
+    """A 2 x 2 PNG: the image half of an image model's warm-up."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (2, 2), (127, 127, 127)).save(buffer, "PNG")
+    return buffer.getvalue()
