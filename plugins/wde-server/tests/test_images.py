@@ -112,6 +112,14 @@ def test_jina_image_and_text_items_match_the_engine(server, engine):
     np.testing.assert_allclose(np.array([d.embedding for d in got.data]), engine.encode(TEXTS), atol=TOL)
 
 
+def test_an_image_text_model_cuts_long_texts_in_its_tokenizer(server, engine):
+    long = " ".join(["word"] * 100)
+    got = vectors(post(server, "/v2/embed", {"model": "clip", "texts": [long, TEXTS[0]], "truncate": "END"}))
+    np.testing.assert_allclose(got, engine.encode([long, TEXTS[0]], truncate=True), atol=TOL)
+    refused = post(server, "/v1/embeddings", {"model": "clip", "input": [{"image": URLS[0]}, long]})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "input[1]", refused.text
+
+
 TRUNCATED = data_url(IMAGES[4][:len(IMAGES[4]) // 2])
 NOT_AN_IMAGE = data_url(b"definitely not an image")
 REMOTE = "https://example.invalid/cat.png"
