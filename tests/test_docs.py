@@ -191,6 +191,12 @@ def check_vectors_npy(run, work):
     assert [f"{v:.8f}"[:len(said)] for v, said in zip(vectors[0], quick_start_numbers())] == quick_start_numbers()
 
 
+def check_pictures_npy(run, work):
+    vectors = np.load(work / "pictures.npy")  # the text, then cat.png, then dog.png: 3 CLIP vectors
+    assert vectors.shape == (3, 512) and vectors.dtype == np.float32
+    assert np.abs(vectors[1] - vectors[2]).max() > 1e-3
+
+
 def check_npy_with_ids(run, work):
     assert np.load(work / "out.npy").shape == (2, 384)
     assert json.loads((work / "out.ids.json").read_text()) == ["a", "b"]
@@ -250,6 +256,10 @@ RUN = {
     "wde list-workflows": SHOWN,
     "wde plugins": SHOWN,
     "wde plugin new wde-mymodel --architecture MyModel": check_plugin_new("wde-mymodel", "wde_mymodel", "MyModel"),
+    "wde plugin new wde-my-vit --modality image --architecture MyViTModel":
+        check_plugin_new("wde-my-vit", "wde_my_vit", "MyViTModel"),
+    'wde encode -m openai/clip-vit-base-patch32 "a photo of a cat" --image cat.png --image dog.png -o pictures.npy':
+        check_pictures_npy,
 }
 
 # Started in the background (on a free port) for the commands and python blocks that talk to a server.
@@ -296,6 +306,8 @@ NOT_RUN = {
         "needs wde-ray and starts Ray (plugins/wde-ray/tests/test_ray.py runs it)",
     "wde embed-dataset parquet-folder/ embedded/ --address HEAD_IP:6379 --workers 32 --num-cpus 4 --model BAAI/bge-m3 "
     "--on-error null --engine-arg dtype=bfloat16": "needs wde-ray and a Ray cluster",
+    "wde embed-dataset photos.parquet embedded/ --image-column image --model openai/clip-vit-base-patch32":
+        "needs wde-ray, Ray and a CLIP model (plugins/wde-ray/tests/test_ray.py runs embed-dataset --image-column)",
     "nox -s bench": "a benchmark: minutes",
     "nox -s bench -- --n 500 --rounds 1 --threads 2": "a benchmark: minutes",
     "nox -s bench-rerank": "a benchmark: minutes",
@@ -363,6 +375,10 @@ def make_stand_ins(work: Path) -> Path:
 def make_inputs(work: Path) -> None:
     (work / "in.jsonl").write_text('{"id": "a", "text": "first"}\n{"id": "b", "text": "second"}\n')
     (work / "docs.csv").write_text("id,body\n1,the first document\n2,the second document\n")
+    from conftest import random_images
+
+    for name, picture in zip(("cat.png", "dog.png"), random_images(2)):
+        picture.save(work / name)
     (work / "corpus-sample.txt").write_text("".join(f"calibration text number {i}: a sentence about things.\n"
                                                     for i in range(16)))
 
