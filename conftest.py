@@ -477,10 +477,10 @@ def write_clip_tokenizer(directory: Path, family: str, max_length: int) -> tuple
 
 
 def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, half: str | None = None,
-                     text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE, projection_dim: int = 24,
-                     **vision) -> Path:
-    """A random ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (``half="vision"`` or ``"text"``: the ``...VisionModel`` /
-    ``...TextModel`` half alone) with its tokenizer and image processor saved as the hub has them."""
+                     text_layers: int = 3, vision_layers: int = 2, image_size: int = IMAGE_SIZE,
+                     projection_dim: int = 24, **vision) -> Path:
+    """A random ``CLIPModel`` / ``SiglipModel`` / ``Siglip2Model`` (``half="vision"`` or ``"text"``: the
+    ``...VisionModel`` / ``...TextModel`` half alone) with its tokenizer and image processor saved as the hub has them."""
     import torch
     import transformers
 

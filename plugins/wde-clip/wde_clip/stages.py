@@ -17,6 +17,9 @@ from wde_clip.towers import pooled_token
 from wde_clip.towers_config import Towers
 
 
+PREPROCESS_CHUNK = 16  # images decoded at once: bounds the decoded originals held, amortizes the processor's call
+
+
 class ImageTextInputProcessor(TextInputProcessor):
     """A text, an image input, or a list mixing them (order kept), refused item by item before any work."""
 
@@ -91,20 +94,23 @@ class ImageTextTokenizer(HFTokenizer):
             self.check_lengths(requests)
 
     def preprocess(self, requests: list[Request]) -> None:
-        """Decode each image (errors name its input) and run the image processor over them all."""
-        if not requests:
-            return
-        pictures = [load_image(r.image, f"input {r.index}") for r in requests]
-        processed = self.image_processor(images=pictures, return_tensors="pt")
-        grids = processed.get("spatial_shapes")  # SigLIP 2: each image's own patch grid, padded patches after it
-        for i, (request, image) in enumerate(zip(requests, processed["pixel_values"])):
-            if grids is None:
-                request.image, tokens = image, self.towers.tokens_per_image
-            else:
-                height, width = grids[i].tolist()
-                tokens = height * width
-                request.image = PatchGrid(image[:tokens].clone(), height, width)
-            request.token_ids = [0] * tokens
+        """Decode the images (errors name the input) and run the image processor on them, ``PREPROCESS_CHUNK`` at a
+        time: only preprocessed pixels are kept, so a call's memory grows with its images at the model's size."""
+        for start in range(0, len(requests), PREPROCESS_CHUNK):
+            chunk = requests[start:start + PREPROCESS_CHUNK]
+            pictures = [load_image(r.image, f"input {r.index}") for r in chunk]
+            processed = self.image_processor(images=pictures, return_tensors="pt")
+            del pictures
+            grids = processed.get("spatial_shapes")  # SigLIP 2: each image's own patch grid, padding after it
+            for i, request in enumerate(chunk):
+                pixels = processed["pixel_values"][i]
+                if grids is None:
+                    request.image, tokens = pixels, self.towers.tokens_per_image
+                else:
+                    height, width = grids[i].tolist()
+                    tokens = height * width
+                    request.image = PatchGrid(pixels[:tokens].clone(), height, width)
+                request.token_ids = [0] * tokens
 
 
 class PatchGrid(NamedTuple):

@@ -149,7 +149,8 @@ class AttentionPoolingHead(nn.Module):
             padded, ignored = x.view(len(lens), lens[0], x.shape[-1]), None
         else:
             padded = nn.utils.rnn.pad_sequence(list(x.split(lens)), batch_first=True)
-            ignored = torch.arange(padded.shape[1], device=x.device)[None, :] >= torch.tensor(lens, device=x.device)[:, None]
+            lengths = torch.tensor(lens, device=x.device)
+            ignored = torch.arange(padded.shape[1], device=x.device)[None, :] >= lengths[:, None]
         probe = self.probe.expand(len(lens), -1, -1)
         pooled = self.attention(probe, padded, padded, key_padding_mask=ignored, need_weights=False)[0][:, 0]
         return self.fc2(self.fc1(self.layernorm(pooled)), residual=pooled)
