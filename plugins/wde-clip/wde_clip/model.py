@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from wde_core.plugin_api import Linear
-from wde_clip.towers import TextTower, VisionTower
+from wde_clip.towers import EncoderLayer, TextTower, VisionTower
 from wde_clip.towers_config import Towers
 
 _QKV = re.compile(r"^(.+\.layers\.\d+)\.self_attn\.([qkv])_proj\.(weight|bias)$")
@@ -48,6 +48,12 @@ class DualEncoder(nn.Module):
         for rows, vectors in parts:
             dense.index_copy_(0, rows, vectors)
         return {"hidden": dense, "dense": dense}
+
+    def after_load_weights(self) -> None:
+        """Fold CLIP's quick_gelu into its layers' weights (see :class:`EncoderLayer`)."""
+        for module in self.modules():
+            if isinstance(module, EncoderLayer):
+                module.fold_quick_gelu()
 
     def map_checkpoint_name(self, name: str):
         """HF name -> ``(parameter, rows)``: q/k/v into the fused QKV rows, the MLP and head renamed."""

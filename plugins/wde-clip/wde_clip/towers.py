@@ -11,6 +11,8 @@ from torch import nn
 
 from wde_core.plugin_api import Linear
 
+QUICK_GELU = 1.702  # quick_gelu(x) = x * sigmoid(1.702 x)
+
 
 class EncoderLayer(nn.Module):
     """``x + attn(norm1(x))``, then ``x + fc2(act(fc1(norm2(x))))``, over packed tokens ``[T, H]``."""
@@ -24,8 +26,18 @@ class EncoderLayer(nn.Module):
         self.qkv = Linear(hidden, 3 * hidden)
         self.out_proj = Linear(hidden, hidden)
         self.layer_norm2 = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.fc1 = Linear(hidden, config.intermediate_size, activation=config.hidden_act)
+        # CLIP's quick_gelu(x) = x * sigmoid(1.702 x) = silu(1.702 x) / 1.702: fc1 scaled by 1.702 and fc2 by 1 / 1.702
+        # once the weights are loaded (fold_quick_gelu), so the activation fuses into fc1's matrix product on CPU
+        self.quick_gelu = config.hidden_act == "quick_gelu"
+        self.fc1 = Linear(hidden, config.intermediate_size, activation="silu" if self.quick_gelu else config.hidden_act)
         self.fc2 = Linear(config.intermediate_size, hidden)
+
+    def fold_quick_gelu(self) -> None:
+        """Scale fc1 by 1.702 and fc2 by 1 / 1.702 (loaded weights), making silu in fc1 CLIP's quick_gelu."""
+        if self.quick_gelu:
+            self.fc1.weight.data.mul_(QUICK_GELU)
+            self.fc1.bias.data.mul_(QUICK_GELU)
+            self.fc2.weight.data.div_(QUICK_GELU)
 
     def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
         """One layer over ``x [T, H]``."""
