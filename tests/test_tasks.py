@@ -99,7 +99,8 @@ def test_a_plugins_task_gets_front_ends_from_the_task_table(tiny_bert_dir):
 def test_a_task_refuses_a_model_it_does_not_serve(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), device="cpu")
     with pytest.raises(TypeError, match=r"score\(\) serves the 'rerank' task, but model .* is served for the "
-                                        r"'embed' task; use encode\(\) and embed_tokens\(\)"):
+                                        r"'embed' task; use encode\(\)(, | and )embed_tokens\(\)"
+                                        r"( and similarity\(\))?$"):  # wde-clip's similarity serves embed models
         engine.score([("q", "d")])
 
 
