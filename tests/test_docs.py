@@ -316,6 +316,7 @@ NOT_RUN = {
     "nox -s bench-cpu": "a benchmark that builds vLLM's 3.5 GB virtualenv",
     "nox -s bench-serve": "a benchmark that builds vLLM's and Infinity's virtualenvs",
     "nox -s bench-ray": "a benchmark on Ray: minutes",
+    "nox -s bench-vision": "a benchmark: builds a ViT-B/32-sized CLIP and runs for tens of minutes",
     "python benchmarks/bench_gpu.py --rounds 5": "needs a CUDA GPU",
     "python benchmarks/bench_gpu.py --rounds 5 --dtype bfloat16": "needs a CUDA GPU",
 }
