@@ -3,7 +3,7 @@
 (``CLIPProcessor`` + ``CLIPModel.get_image_features``), all on the same in-memory PIL images, 2 threads.
 
 Usage: python bench_vision.py [--images 2000] [--rounds 3] [--threads 2] [--executors sync,pipelined]
-       [--bf16-executors sync,pipelined] [--profile-n 128] [--cache-dir DIR] [--no-wde]
+       [--bf16-executors sync] [--profile-n 128] [--cache-dir DIR] [--no-wde]
 The model (openai/clip-vit-base-patch32's config with random weights, its image processor, a small BPE
 tokenizer in CLIP's form and the sentence-transformers files) is built once and cached in ``--cache-dir``.
 The images are generated (deterministic: smooth colour fields with shapes, JPEG-encoded and decoded, sizes
@@ -287,7 +287,7 @@ def main() -> None:
     options.formatter_class = argparse.RawDescriptionHelpFormatter
     options.add_argument("--images", type=int, default=2000, help="generated images (default 2,000)")
     options.add_argument("--executors", default="sync,pipelined", help="wde executors to run in fp32")
-    options.add_argument("--bf16-executors", default="sync,pipelined",
+    options.add_argument("--bf16-executors", default="sync",
                          help="wde executors to run in bf16 ('' for none)")
     options.add_argument("--hf-batch-sizes", default="32,64", help="transformers' batch sizes; the faster is kept")
     options.add_argument("--profile-n", type=int, default=128, help="images in each profiled run (0: no profile)")
