@@ -44,7 +44,7 @@ def load_image(image: ImageInput, where: str, *, max_pixels: int = MAX_IMAGE_PIX
     if "A" in picture.getbands() or "transparency" in picture.info:
         white = Image.new("RGBA", picture.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, picture.convert("RGBA")).convert("RGB")
-    return picture.convert("RGB")
+    return picture if picture.mode == "RGB" else picture.convert("RGB")
 
 
 def _image_bytes(source: Any, where: str) -> bytes:
