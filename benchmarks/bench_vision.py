@@ -274,12 +274,22 @@ def _processor(path: str):
     return AutoImageProcessor.from_pretrained(path)
 
 
-def preprocessing_ms(path: str, images: list) -> float:
-    """Milliseconds per image of transformers' image processor of the directory (as all three contenders run it:
-    wde-clip calls ``AutoImageProcessor``, sentence-transformers and ``CLIPProcessor`` the same class), one thread."""
+def preprocessing_ms(path: str, images: list) -> tuple[float, float]:
+    """Milliseconds per image, one thread, of transformers' image processor of the directory (as sentence-transformers
+    and ``CLIPProcessor`` run it) and of wde-clip's bit-exact copy of it (``wde_clip.pixels``; nan without wde-clip)."""
     processor = _processor(path)
-    processor(images=images[:8], return_tensors="pt")
-    return 1e3 * min(_seconds(lambda: processor(images=images, return_tensors="pt")) for _ in range(2)) / len(images)
+    runs = {"transformers": lambda batch: processor(images=batch, return_tensors="pt")}
+    try:
+        from wde_clip.pixels import exact_preprocessor
+
+        runs["wde"] = exact_preprocessor(processor) or runs["transformers"]
+    except ImportError:
+        pass
+    times = {}
+    for name, run in runs.items():
+        run(images[:8])
+        times[name] = 1e3 * min(_seconds(lambda: run(images)) for _ in range(2)) / len(images)
+    return times["transformers"], times.get("wde", float("nan"))
 
 
 def main() -> None:
@@ -307,12 +317,13 @@ def main() -> None:
     flops = gemm_flops_per_image(VISION, PROJECTION)
     peaks = gemm_peaks()
     pixels = sum(im.width * im.height for im in images) / len(images)
+    hf_ms, wde_ms = preprocessing_ms(path, images[:128])
     print(f"{len(images)} generated images ({pixels / 1e3:.0f} kpixels on average, made in {made:.0f} s); "
           f"CLIP ViT-B/32 shape, random weights, 224 px; {args.threads} threads; torch {torch.__version__}, "
           f"transformers {transformers.__version__}\n{flops / 1e9:.3f} GFLOP/image in GEMMs; GEMM peak at the "
           f"model's shapes ({HF_BATCH * 50} rows): fp32 {peaks[torch.float32]:.0f} GFLOP/s, bf16 "
           f"{peaks[torch.bfloat16]:.0f} GFLOP/s; image preprocessing (transformers' "
-          f"{type(_processor(path)).__name__}) {preprocessing_ms(path, images[:128]):.1f} ms/image", flush=True)
+          f"{type(_processor(path)).__name__}) {hf_ms:.1f} ms/image, wde-clip's {wde_ms:.1f}", flush=True)
 
     # transformers' batch size: the faster of the candidates on a sample, alternating twice
     sizes = [int(b) for b in args.hf_batch_sizes.split(",")]

@@ -13,6 +13,7 @@ import torch
 from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, ModelInput, Request,
                                  TextInputProcessor, TokenEmbedOptions, as_image_input, move_to)
 from wde_clip.images import load_image
+from wde_clip.pixels import exact_preprocessor
 from wde_clip.towers import pooled_token
 from wde_clip.towers_config import Towers
 
@@ -66,11 +67,12 @@ class ImageTextTokenizer(HFTokenizer):
         self.towers = Towers.of(pipeline.model.config, pipeline.model.architectures)
         if self.towers.text is not None:
             super().__init__(pipeline)
-        self.image_processor = None
+        self.image_processor = self.exact_preprocess = None
         if self.towers.vision is not None:
             from transformers import AutoImageProcessor
 
             self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
+            self.exact_preprocess = exact_preprocessor(self.image_processor)
 
     def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill each request's token ids (an image's: one per patch) and each image's pixels."""
@@ -99,7 +101,10 @@ class ImageTextTokenizer(HFTokenizer):
         for start in range(0, len(requests), PREPROCESS_CHUNK):
             chunk = requests[start:start + PREPROCESS_CHUNK]
             pictures = [load_image(r.image, f"input {r.index}") for r in chunk]
-            processed = self.image_processor(images=pictures, return_tensors="pt")
+            if self.exact_preprocess is not None:  # the processor's own values, bit for bit, in less time
+                processed = {"pixel_values": self.exact_preprocess(pictures)}
+            else:
+                processed = self.image_processor(images=pictures, return_tensors="pt")
             del pictures
             grids = processed.get("spatial_shapes")  # SigLIP 2: each image's own patch grid, padding after it
             for i, request in enumerate(chunk):
