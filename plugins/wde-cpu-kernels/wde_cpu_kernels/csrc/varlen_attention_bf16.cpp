@@ -1,7 +1,7 @@
 // The bf16 varlen attention kernel: bf16 q, k, v in, bf16 out, products by AVX512-BF16 pair dot products
 // (vdpbf16ps: two bf16 products per fp32 lane), softmax in fp32. Keys are packed as (d, d+1) pairs per key,
 // values as (row j, row j+1) pairs per head dim, probabilities rounded to bf16 for the weighted sum (as a
-// bf16 matrix product would). Compiled only where the CPU has AVX512-BF16 (native.py adds -mavx512bf16).
+// bf16 matrix product would). Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
 #include <torch/extension.h>
 
 #include <cstring>

@@ -1,0 +1,21 @@
+"""Builds ``wde_cpu_kernels._varlen`` (csrc/) when the distribution is installed, against the torch in the build
+environment: pip install --no-build-isolation ./plugins/wde-cpu-kernels builds against the torch already installed
+(the ABI must match the torch that loads it); with build isolation, pip installs the torch pinned in pyproject.toml."""
+
+from pathlib import Path
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+CSRC = Path("wde_cpu_kernels") / "csrc"
+# AVX-512 throughout, and AVX512-BF16 for varlen_attention_bf16.cpp's pair dot products: the module is loaded on
+# any x86-64 CPU and only called where the CPU has them (wde_cpu_kernels.attention checks before each use)
+FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16"]
+
+setup(
+    ext_modules=[CppExtension("wde_cpu_kernels._varlen",
+                              [str(CSRC / "varlen_attention.cpp"), str(CSRC / "varlen_attention_bf16.cpp")],
+                              include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
+                              extra_link_args=["-fopenmp"])],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+)
