@@ -10,11 +10,13 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 CSRC = Path("wde_cpu_kernels") / "csrc"
 # AVX-512 throughout, and AVX512-BF16 for varlen_attention_bf16.cpp's pair dot products: the module is loaded on
 # any x86-64 CPU and only called where the CPU has them (wde_cpu_kernels.attention checks before each use)
-FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16"]
+FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16",
+         "-fno-math-errno", "-fno-trapping-math"]  # lets the quantizer's rounding loops vectorize
 
 setup(
     ext_modules=[CppExtension("wde_cpu_kernels._varlen",
-                              [str(CSRC / "varlen_attention.cpp"), str(CSRC / "varlen_attention_bf16.cpp")],
+                              [str(CSRC / name) for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp",
+                                                              "quantize.cpp")],
                               include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},

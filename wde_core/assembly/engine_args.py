@@ -9,6 +9,7 @@ from typing import Any, Mapping
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 POOLINGS = ("cls", "mean", "last", "max")  # the pooling names: engine argument, 1_Pooling files, poolers
 LONG_INPUTS = ("truncate", "error", "chunk")
+QUANTIZATIONS = ("int8",)  # provided by a plugin's wde_quantization hook (wde-cpu-kernels: int8 on CPU)
 
 
 @dataclass
@@ -16,7 +17,8 @@ class EngineArgs:
     """Arguments accepted by every workflow; ``None`` means "decide from the model or device".
 
     The token budget defaults to 4,096 on CPU and 16,384 on CUDA (at least ``max_model_len``); ``long_inputs``
-    is what a call with ``truncate=None`` does with an over-long input: ``truncate``, ``error`` or ``chunk``."""
+    is what a call with ``truncate=None`` does with an over-long input: ``truncate``, ``error`` or ``chunk``;
+    ``quantization="int8"`` quantizes the linear layers as the plugin answering ``wde_quantization`` does."""
 
     model: str | None = None
     revision: str | None = None
@@ -36,11 +38,13 @@ class EngineArgs:
     tensor_parallel_size: int | None = None
     long_inputs: str = "truncate"
     variant: str | None = None  # an architecture link's variant, chosen whatever its matcher says
+    quantization: str | None = None
 
     def __post_init__(self) -> None:
-        for name, allowed in (("dtype", DTYPES), ("long_inputs", LONG_INPUTS), ("pooling", POOLINGS)):
+        for name, allowed in (("dtype", DTYPES), ("long_inputs", LONG_INPUTS), ("pooling", POOLINGS),
+                              ("quantization", QUANTIZATIONS)):
             value = getattr(self, name)
-            if value not in allowed and not (name == "pooling" and value is None):
+            if value not in allowed and not (name in ("pooling", "quantization") and value is None):
                 raise ValueError(f"engine argument {name}={value!r}: expected one of {', '.join(allowed)}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads", "num_replicas",
                      "threads_per_replica", "tensor_parallel_size"):

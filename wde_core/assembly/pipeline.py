@@ -40,6 +40,7 @@ class Pipeline:
     settings: ModelSettings
     reasons: dict[str, str]
     host: PluginHost
+    quantize: str | None = None  # import path of the function quantizing the loaded model (wde_quantization)
     _tokenizer: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -65,7 +66,8 @@ class Pipeline:
                 "model_provider": self.link.provider, "stages": stages, "device": str(self.device),
                 "dtype": str(self.dtype).replace("torch.", ""), **vars(self.settings),
                 "max_num_batched_tokens": self.args.max_num_batched_tokens, "max_num_seqs": self.args.max_num_seqs,
-                "long_inputs": self.args.long_inputs, "reasons": self.reasons}
+                "long_inputs": self.args.long_inputs, "quantization": self.args.quantization,
+                "reasons": self.reasons}
 
 
 def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = None, **engine_args) -> Pipeline:
@@ -83,11 +85,25 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     settings = decide_model_settings(directory, link, args, reasons)
     _set_token_budget(args, device, settings.max_model_len, reasons)
     components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
-    pipeline = Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host)
+    pipeline = Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host,
+                        _quantization(args, device, dtype, host, reasons))
     check = getattr(components["executor"].load(), "check_pipeline", None)
     if check is not None:  # an executor may refuse a pipeline (and give reasons) before anything loads
         check(pipeline)
     return pipeline
+
+
+def _quantization(args, device: torch.device, dtype: torch.dtype, host: PluginHost, reasons) -> str | None:
+    """The import path of the plugin function that quantizes the model, when ``args.quantization`` asks for it."""
+    if args.quantization is None:
+        return None
+    answer = host.hook.wde_quantization(scheme=args.quantization, device=device, dtype=dtype)
+    if answer is None:
+        raise ValueError(f"engine argument quantization={args.quantization!r}: no installed plugin provides it on "
+                         f"{device.type} with {str(dtype).replace('torch.', '')} (wde-cpu-kernels provides 'int8' "
+                         "on CPU)")
+    reasons["quantization"] = answer[1]
+    return answer[0]
 
 
 def _default_model(host: PluginHost, reasons: dict[str, str]) -> str:

@@ -23,7 +23,10 @@ def _can_fuse(x: torch.Tensor, weight: torch.Tensor) -> bool:
 class Linear(nn.Linear):
     """``nn.Linear`` with an optional activation (an HF ``hidden_act`` name) and residual add:
     ``forward(x, residual=None)`` is ``act(x @ W.T + b) + residual``, fused into the matrix product on CPU.
-    Call :meth:`prepack` after the weights are loaded (and again if they change device or dtype)."""
+    Call :meth:`prepack` after the weights are loaded (and again if they change device or dtype). A quantizer
+    (the ``wde_quantization`` hook's) may set ``kernel``: a callable ``(x, residual)`` that then does the work."""
+
+    kernel = None
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, activation: str | None = None):
         super().__init__(in_features, out_features, bias=bias)
@@ -40,6 +43,12 @@ class Linear(nn.Linear):
             self.packed_weight = self.weight.detach().to_mkldnn()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(x, residual)
+        return self.dense(x, residual)
+
+    def dense(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer in the weights' own dtype: what ``forward`` runs when no ``kernel`` is set."""
         fuse = _can_fuse(x, self.weight)
         weight = self.packed_weight if fuse and self.packed_weight is not None else self.weight
         if self.act is None:

@@ -99,6 +99,13 @@ def wde_select_attention_backend(device, dtype, causal):
     when no engine argument, environment variable or workflow names a backend."""
 
 
+@hookspec(firstresult=True)
+def wde_quantization(scheme, device, dtype):
+    """Return ``(quantize, reason)`` for the ``quantization`` engine argument ``scheme`` (``"int8"``) on a
+    ``torch.device``/``torch.dtype``, or ``None``: ``quantize`` is the import path of a function that converts a
+    loaded model in place (after its weights and ``prepack()``); ``reason`` is what ``wde inspect`` shows."""
+
+
 # --- command line and notifications -----------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Registers the ``cpu_varlen`` attention backend and picks it on CPU where it serves the dtype."""
+"""Registers the ``cpu_varlen`` attention backend and picks it on CPU where it serves the dtype; provides
+``quantization="int8"`` on CPU (``wde_cpu_kernels.int8``)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,20 @@ def wde_select_attention_backend(device, dtype, causal):
     if refusal is None:
         return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}"
     return "torch_sdpa", f"auto: torch_sdpa on cpu with {named} (cpu_varlen: {refusal})"
+
+
+@hookimpl
+def wde_quantization(scheme, device, dtype):
+    """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for every ``Linear`` but the down projections."""
+    if scheme != "int8" or device.type != "cpu":
+        return None
+    from wde_cpu_kernels.int8 import int8_supported
+
+    refusal = int8_supported()
+    if refusal is not None:
+        raise ValueError(f"engine argument quantization='int8': {refusal}")
+    named = str(dtype).replace("torch.", "")
+    return ("wde_cpu_kernels.int8:quantize_model",
+            "int8 (wde-cpu-kernels): linear layers as oneDNN int8 GEMMs, weights per output channel, activations per "
+            f"batch, dequantized with bias/activation/residual in the epilogue; kept in {named}: down projections "
+            f"(more inputs than outputs, the FFN's); attention, norms and pooling in {named}")

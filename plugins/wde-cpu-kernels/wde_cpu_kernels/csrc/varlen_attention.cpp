@@ -145,7 +145,14 @@ at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const
                                  const std::vector<int64_t>& cu, bool causal, int64_t window, double scale);
 #endif
 
+at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
+at::Tensor quantize_int8(const at::Tensor& x, double scale);  // quantize.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("quantize_int8", &quantize_int8, "Symmetric int8 of fp32/bf16 rows with one scale", py::arg("x"),
+        py::arg("scale"), py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());

@@ -1,0 +1,134 @@
+"""quantization="int8": the compiled quantizer against torch's, one int8 layer against the same arithmetic done in
+float64, the outlier rows through the layer's own path, the real all-MiniLM-L6-v2 against float32 (min cosine), a
+cross-encoder's ranking (Spearman against float32), the refusals, and what `wde inspect` says."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from conftest import cosines, save_random_bert, wiki_paragraphs
+from wde_core import Engine
+from wde_core.plugin_api import Linear
+from wde_cpu_kernels import int8
+from wde_cpu_kernels.attention import varlen_kernel
+
+HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
+needs_kernel = pytest.mark.skipif(not HAS_AVX512, reason="no AVX-512 on this CPU (hardware)")
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_quantizer_equals_torch(dtype):
+    kernel = varlen_kernel()
+    rows = (torch.randn(300, 200) * torch.linspace(0.1, 9, 300)[:, None]).to(dtype)
+    rows[7, 3] = -50.0  # saturates at -128 with the scale below
+    assert torch.equal(kernel.row_absmax(rows), rows.float().abs().amax(dim=1))
+    scale = 20.0 / 127
+    expected = torch.quantize_per_tensor(rows.float(), scale, 0, torch.qint8).int_repr()
+    assert torch.equal(kernel.quantize_int8(rows, scale), expected)
+    strided = torch.randn(64, 96).to(dtype)[:, :80]  # rows at a stride, as views of a fused projection are
+    assert torch.equal(kernel.quantize_int8(strided, 0.02),
+                       torch.quantize_per_tensor(strided.float().contiguous(), 0.02, 0, torch.qint8).int_repr())
+
+
+def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:
+    """The same quantization done by hand in float64: per-channel weights, one activation scale for the ordinary
+    rows, the outlier rows exactly in float."""
+    w = layer.weight.double()
+    w_scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
+    wq = torch.round(w / w_scale[:, None]).clamp(-127, 127)
+    magnitudes = x.double().abs().amax(dim=1)
+    outlying = magnitudes > int8.OUTLIER_FACTOR * magnitudes.median()
+    scale = magnitudes.masked_fill(outlying, 0).max() / 127
+    xq = torch.round(x.double() / scale).clamp(-128, 127)
+    y = (xq @ wq.T) * scale * w_scale + layer.bias.double()
+    y[outlying] = x.double()[outlying] @ w.T + layer.bias.double()
+    if layer.act is not None:
+        y = layer.act(y)
+    return y if residual is None else y + residual.double()
+
+
+@needs_kernel
+@pytest.mark.parametrize("activation,residual", [(None, False), ("gelu", False), (None, True), ("relu", False),
+                                                 ("gelu_pytorch_tanh", False), ("silu", False)])
+def test_one_layer_equals_the_int8_arithmetic(activation, residual):
+    torch.manual_seed(0)
+    layer = Linear(64, 48, activation=activation)
+    x = torch.randn(40, 64)
+    x[[3, 17]] *= 10  # two outlier rows, as BERT's special tokens are
+    res = torch.randn(40, 48) if residual else None
+    layer.kernel = int8.Int8Kernel(layer)
+    got = layer(x, res)
+    expected = reference_int8(layer, x, res)
+    assert (got.double() - expected).abs().max() < 1e-4
+    assert torch.allclose(got[[3, 17]], layer.dense(x[[3, 17]], None if res is None else res[[3, 17]]), atol=1e-5)
+    outlier_free = int8.Int8Kernel(layer)(x[:3])  # no outlier: the int8 product is all there is
+    assert (outlier_free.double() - reference_int8(layer, x[:3])).abs().max() < 1e-4
+
+
+def test_down_projections_stay_in_the_model_dtype(tiny_bert_dir):
+    engine = Engine(str(tiny_bert_dir), quantization="int8")
+    report = engine.executor.worker.model.quantization_report
+    assert report["kept"] and all(name.endswith("ffn_out") for name in report["kept"])
+    assert {name.rsplit(".", 1)[1] for name in report["int8"]} == {"qkv", "attn_out", "ffn_in"}
+    engine.close()
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_real_minilm_int8_stays_within_cosine_099_of_float32(minilm_dir, dtype):
+    texts = wiki_paragraphs(300)
+    reference = Engine(str(minilm_dir)).encode(texts)
+    quantized = Engine(str(minilm_dir), quantization="int8", dtype=dtype).encode(texts)
+    assert cosines(reference, quantized).min() >= 0.99
+
+
+@needs_kernel
+def test_a_cross_encoder_ranks_as_in_float32(minilm_dir, tmp_path):
+    """all-MiniLM-L6-v2's real encoder under a seeded classification head, as a cross-encoder."""
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(str(minilm_dir), num_labels=1)
+    model.save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(str(minilm_dir)).save_pretrained(tmp_path)
+    paragraphs = wiki_paragraphs(220)
+    queries, documents = [p[:80] for p in paragraphs[:3]], paragraphs[100:220]
+
+    def scores(engine: Engine) -> list[float]:
+        ranked = [engine.rerank(query, documents, return_documents=False) for query in queries]
+        return [r["score"] for results in ranked for r in sorted(results, key=lambda r: r["index"])]
+
+    assert spearmanr(scores(Engine(str(tmp_path))), scores(Engine(str(tmp_path), quantization="int8"))).statistic >= 0.99
+
+
+def test_refusals_name_the_argument(tmp_path, tiny_bert_dir):
+    with pytest.raises(ValueError, match=r"quantization='int4': expected one of int8"):
+        Engine(str(tiny_bert_dir), quantization="int4")
+    with pytest.raises(ValueError, match="has no wde_core Linear layer to quantize"):
+        int8.quantize_model(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+
+
+def test_inspect_says_what_stays_in_the_model_dtype(tiny_bert_dir):
+    done = subprocess.run([str(Path(sys.executable).with_name("wde")), "inspect", str(tiny_bert_dir), "--json",
+                           "--engine-arg", "quantization=int8", "--dtype", "bfloat16"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["quantization"] == "int8"
+    assert "kept in bfloat16: down projections" in report["reasons"]["quantization"]
+
+
+def test_int8_is_close_on_a_random_bert_too(tmp_path):
+    directory = save_random_bert(tmp_path / "bert", num_hidden_layers=3, hidden_size=64, intermediate_size=128)
+    texts = ["a short one", "a somewhat longer sentence about nothing much at all", "x " * 40]
+    full, quick = Engine(str(directory)).encode(texts), Engine(str(directory), quantization="int8").encode(texts)
+    assert np.all(cosines(full, quick) > 0.99)

@@ -1,0 +1,81 @@
+// int8 activation quantization for wde_cpu_kernels.int8: each row's largest magnitude (one pass), and symmetric
+// int8 with one scale (one pass, round half to even and saturate, as torch.quantize_per_tensor does), straight from
+// fp32 or bf16 rows: no widened copy, no quantized tensor to unwrap. Rows are split across torch's threads.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+inline float widen(float v) { return v; }
+inline float widen(c10::BFloat16 v) { return static_cast<float>(v); }
+
+template <typename T>
+void absmax_rows(const T* x, int64_t rows, int64_t cols, int64_t stride, float* out) {
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * stride;
+      float m = 0.f;
+#pragma omp simd reduction(max : m)
+      for (int64_t c = 0; c < cols; ++c) m = std::max(m, std::fabs(widen(row[c])));
+      out[r] = m;
+    }
+  });
+}
+
+// 16 values of a row as fp32 (a masked load for the tail)
+inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(const c10::BFloat16* p, __mmask16 m) {
+  __m256i half = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+template <typename T>
+void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, int8_t* out) {
+  const __m512 inv = _mm512_set1_ps(inv_scale), hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-128.f);
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * stride;
+      int8_t* q = out + r * cols;
+      for (int64_t c = 0; c < cols; c += 16) {
+        const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+        // round half to even (the default MXCSR mode, as torch.quantize_per_tensor), clamped, narrowed
+        __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(load16(row + c, m), inv)));
+        _mm_mask_storeu_epi8(q + c, m, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+      }
+    }
+  });
+}
+
+void check_rows(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "expected 2-D rows with a contiguous last dimension");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "expected float32 or bfloat16");
+}
+
+}  // namespace
+
+at::Tensor row_absmax(const at::Tensor& x) {
+  check_rows(x);
+  auto out = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  if (x.scalar_type() == at::kFloat)
+    absmax_rows(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<float>());
+  else
+    absmax_rows(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<float>());
+  return out;
+}
+
+at::Tensor quantize_int8(const at::Tensor& x, double scale) {
+  check_rows(x);
+  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kChar));
+  const float inv = static_cast<float>(1.0 / scale);
+  if (x.scalar_type() == at::kFloat)
+    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<int8_t>());
+  else
+    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<int8_t>());
+  return out;
+}
