@@ -1,4 +1,4 @@
-"""The core stays small and walkable: core + wde-bert under 2,715 lines of code (C/C++ under ``wde_core``
+"""The core stays small and walkable: core + wde-bert under 2,740 lines of code (C/C++ under ``wde_core``
 included), no module over 300 lines, and no import cycle inside ``wde_core``."""
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # 439 lines of the kernel out and added real front-end methods, hook tracing and configure proposals (2,698).
 # Issue 25 asked for image inputs in the core's request types: ``ImageInput``, ``as_image_input`` and
 # ``Request.image`` (13 lines) raised it to 2,715; decoding an image, its limits and errors live in wde-clip.
-CODE_LINE_BUDGET = 2715
+# Issue 26 asked for a quantization engine argument: the argument, the wde_quantization hook's call, the
+# pipeline's record of it and Linear's kernel/dense split (21 lines) raised it to 2,740; the int8 arithmetic, its
+# compiled quantizer and oneDNN calls live in wde-cpu-kernels.
+CODE_LINE_BUDGET = 2740
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

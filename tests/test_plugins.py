@@ -462,3 +462,37 @@ def test_stage_hooks_model_sources_and_the_default_model_take_effect(monkeypatch
     mask = batch["attention_mask"].unsqueeze(-1).float()
     expected = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1).numpy()
     np.testing.assert_allclose(engine.encode(texts), expected, atol=1e-5)
+
+
+def halve_every_linear(model) -> None:
+    """A quantizer for the test: each ``Linear``'s kernel runs the layer's own path, halved (an effect seen)."""
+    from wde_core.plugin_api import Linear
+
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.kernel = lambda x, residual=None, layer=module: layer.dense(x) * 0.5 + (
+                0 if residual is None else residual)
+    model.halved = True
+
+
+HALVING = in_process(wde_quantization=lambda scheme, device, dtype: (
+    "test_plugins:halve_every_linear", f"halved for the test ({scheme} on {device.type})") if scheme == "int8"
+    else None)
+
+
+def test_a_quantization_plugin_answers_and_its_function_converts_the_loaded_model(register_plugin, tiny_bert_dir,
+                                                                                  monkeypatch):
+    host = register_plugin(("halving", HALVING))  # registered last, asked first
+    engine = Engine(str(tiny_bert_dir), quantization="int8")
+    assert engine.pipeline.quantize == "test_plugins:halve_every_linear"
+    assert engine.pipeline.reasons["quantization"] == "halved for the test (int8 on cpu)"
+    assert engine.executor.worker.model.halved
+    plain = Engine(str(tiny_bert_dir))
+    assert not np.allclose(engine.encode("a halved model"), plain.encode("a halved model"), atol=1e-3)
+    assert host.hook.wde_quantization(scheme="int8", device=torch.device("cuda"), dtype=torch.float16) == (
+        "test_plugins:halve_every_linear", "halved for the test (int8 on cuda)")
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert")  # wde-cpu-kernels (and the test plugin) left out
+    register_plugin()
+    with pytest.raises(ValueError, match=r"quantization='int8': no installed plugin provides it on cpu with "
+                                         r"float32 \(wde-cpu-kernels provides 'int8' on CPU\)"):
+        Engine(str(tiny_bert_dir), quantization="int8")
