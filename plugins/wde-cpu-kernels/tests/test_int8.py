@@ -132,3 +132,38 @@ def test_int8_is_close_on_a_random_bert_too(tmp_path):
     texts = ["a short one", "a somewhat longer sentence about nothing much at all", "x " * 40]
     full, quick = Engine(str(directory)).encode(texts), Engine(str(directory), quantization="int8").encode(texts)
     assert np.all(cosines(full, quick) > 0.99)
+
+
+@needs_kernel
+def test_real_e5_xlmr_int8_stays_within_cosine_099(e5_dirs):
+    """multilingual-e5-small's real (dequantized 4-bit) weights as XLM-R, on the wiki paragraphs."""
+    texts = [f"passage: {text}" for text in wiki_paragraphs(200)]
+    reference = Engine(str(e5_dirs["xlmr"])).encode(texts)
+    quantized = Engine(str(e5_dirs["xlmr"]), quantization="int8").encode(texts)
+    assert cosines(reference, quantized).min() >= 0.99
+
+
+@needs_kernel
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_a_decoder_embedder_stays_within_cosine_099(tmp_path, family):
+    """A random-weight decoder (GQA, SwiGLU, RMSNorm, last-token pooling): its gate/up and attention projections
+    in int8, the down projections kept."""
+    from conftest import save_random_decoder
+
+    directory = save_random_decoder(tmp_path / family, family)
+    texts = wiki_paragraphs(40)
+    reference = Engine(str(directory)).encode(texts)
+    engine = Engine(str(directory), quantization="int8")
+    report = engine.executor.worker.model.quantization_report
+    assert report["int8"] and report["kept"]
+    assert cosines(reference, engine.encode(texts)).min() >= 0.99
+
+
+def test_the_command_line_takes_it_as_an_engine_argument(tiny_bert_dir, tmp_path):
+    wde = str(Path(sys.executable).with_name("wde"))
+    out = tmp_path / "v.npy"
+    done = subprocess.run([wde, "encode", "--model", str(tiny_bert_dir), "--engine-arg", "quantization=int8",
+                           "--output", str(out), "a text", "another text"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    quantized = np.load(out)
+    assert cosines(Engine(str(tiny_bert_dir)).encode(["a text", "another text"]), quantized).min() > 0.99
