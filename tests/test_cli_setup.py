@@ -68,5 +68,11 @@ def test_building_a_project_of_the_checkout_leaves_it_clean(tmp_path, project):
 @pytest.mark.parametrize("pyproject", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("plugins/*/pyproject.toml")))
 def test_every_plugin_of_the_checkout_builds_out_of_tree(pyproject):
     text = (ROOT / pyproject).read_text(encoding="utf-8")
+    setup_py = (ROOT / pyproject).with_name("setup.py")
+    if 'build-backend = "setuptools.build_meta"' in text and setup_py.is_file():  # a compiled extension
+        code = setup_py.read_text(encoding="utf-8")
+        assert '"build_base"' in code and '"egg_base"' in code, (
+            f"{setup_py}: a setuptools build must send build/ and *.egg-info out of the checkout")
+        return
     assert 'build-backend = "flit_core.buildapi"' in text, (
         f"{pyproject}: setuptools writes build/ and *.egg-info into the checkout; build with flit_core")

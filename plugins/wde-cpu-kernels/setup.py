@@ -2,6 +2,7 @@
 environment: pip install --no-build-isolation ./plugins/wde-cpu-kernels builds against the torch already installed
 (the ABI must match the torch that loads it); with build isolation, pip installs the torch pinned in pyproject.toml."""
 
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -13,6 +14,10 @@ CSRC = Path("wde_cpu_kernels") / "csrc"
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16",
          "-fno-math-errno", "-fno-trapping-math"]  # lets the quantizer's rounding loops vectorize
 
+# out of tree, as flit_core builds wde's other distributions: setuptools' build/ and *.egg-info go to a temporary
+# directory, never into the checkout
+OUT_OF_TREE = Path(tempfile.mkdtemp(prefix="wde-cpu-kernels-build-"))
+
 setup(
     ext_modules=[CppExtension("wde_cpu_kernels._varlen",
                               [str(CSRC / name) for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp",
@@ -20,4 +25,5 @@ setup(
                               include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    options={"build": {"build_base": str(OUT_OF_TREE / "build")}, "egg_info": {"egg_base": str(OUT_OF_TREE)}},
 )
