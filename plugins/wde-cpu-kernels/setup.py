@@ -2,6 +2,8 @@
 environment: pip install --no-build-isolation ./plugins/wde-cpu-kernels builds against the torch already installed
 (the ABI must match the torch that loads it); with build isolation, pip installs the torch pinned in pyproject.toml."""
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl
 # out of tree, as flit_core builds wde's other distributions: setuptools' build/ and *.egg-info go to a temporary
 # directory, never into the checkout
 OUT_OF_TREE = Path(tempfile.mkdtemp(prefix="wde-cpu-kernels-build-"))
+atexit.register(shutil.rmtree, OUT_OF_TREE, ignore_errors=True)  # the wheel or metadata is out by then
 
 setup(
     ext_modules=[CppExtension("wde_cpu_kernels._varlen",
