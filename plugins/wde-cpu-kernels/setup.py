@@ -11,10 +11,13 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 CSRC = Path("wde_cpu_kernels") / "csrc"
-# AVX-512 throughout, and AVX512-BF16 for varlen_attention_bf16.cpp's pair dot products: the module is loaded on
-# any x86-64 CPU and only called where the CPU has them (wde_cpu_kernels.attention checks before each use)
+# AVX-512 throughout, AVX512-BF16 for varlen_attention_bf16.cpp's pair dot products and AMX for
+# varlen_attention_amx.cpp's tiles (the compiler emits AMX only where the source asks for it): the module is
+# loaded on any x86-64 CPU and only called where the CPU has them (wde_cpu_kernels.attention checks before each use,
+# the AMX path checks CPUID and asks Linux for the tile state). -fno-math-errno -fno-trapping-math let the
+# quantizer's rounding loops vectorize.
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16",
-         "-fno-math-errno", "-fno-trapping-math"]  # lets the quantizer's rounding loops vectorize
+         "-mamx-tile", "-mamx-bf16", "-fno-math-errno", "-fno-trapping-math"]
 
 # out of tree, as flit_core builds wde's other distributions: setuptools' build/ and *.egg-info go to a temporary
 # directory, never into the checkout
@@ -24,7 +27,7 @@ atexit.register(shutil.rmtree, OUT_OF_TREE, ignore_errors=True)  # the wheel or 
 setup(
     ext_modules=[CppExtension("wde_cpu_kernels._varlen",
                               [str(CSRC / name) for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp",
-                                                              "quantize.cpp")],
+                                                              "varlen_attention_amx.cpp", "quantize.cpp")],
                               include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},

@@ -17,7 +17,8 @@ from conftest import save_random_bert
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
-from wde_cpu_kernels.attention import NativeCpuAttention, has_avx512_bf16, unavailable_reason, varlen_kernel
+from wde_cpu_kernels.attention import (NativeCpuAttention, bf16_products, has_avx512_bf16, unavailable_reason,
+                                       varlen_kernel)
 from wde_core.plugin_api import SdpaAttention
 
 HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -94,6 +95,42 @@ def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads,
     theirs = attend(SdpaAttention(), *half, seq_lens, causal, 40).float()
     ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
     assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
+
+
+def cpu_flags() -> set[str]:
+    with open("/proc/cpuinfo") as info:
+        return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
+
+
+@needs_kernel
+def test_amx_is_used_exactly_where_the_cpu_has_it():
+    has_amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
+    assert varlen_kernel().amx_available() == has_amx
+    assert bf16_products() == ("AMX tiles" if has_amx else "AVX512-BF16")
+
+
+needs_amx = pytest.mark.skipif(not {"amx_bf16", "amx_tile"} <= cpu_flags() or not HAS_AVX512,
+                               reason="no AMX-BF16 on this CPU (hardware)")
+
+
+@needs_amx
+@pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", [c for c in CASES if c[3] % 32 == 0] +
+                         [([129, 128, 127, 31], 4, 4, 96)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 3, 40])
+def test_amx_tiles_match_the_avx512_bf16_path(seq_lens, heads, kv_heads, dim, causal, window):
+    """The AMX path (blocks of 16 rows, 32-key chunks of probabilities by values) against the AVX512-BF16 path and the
+    fp32 reference: the same error as the AVX512-BF16 path, and within one bf16 rounding of it."""
+    q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=11)
+    cu = [0, *torch.tensor(seq_lens).cumsum(0).tolist()]
+    reach, scale = -1 if window is None else window, dim ** -0.5
+    half = [x.bfloat16() for x in (q, k, v)]
+    tiles, pairs = (varlen_kernel().varlen_attention_bf16(*half, cu, causal, reach, scale, amx).float()
+                    for amx in (True, False))
+    reference = attend(EagerAttention(), *(x.float().contiguous() for x in half), seq_lens, causal, window)
+    assert (tiles - pairs).abs().max() <= 2 ** -7 * pairs.abs().max()  # one bf16 rounding of the output
+    assert (tiles - reference).abs().max() <= 1.2 * (pairs - reference).abs().max()
+    assert (tiles - reference).abs().mean() <= 1.1 * (pairs - reference).abs().mean()
 
 
 @needs_kernel

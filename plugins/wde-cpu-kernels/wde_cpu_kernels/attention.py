@@ -1,6 +1,7 @@
 """``cpu_varlen``: wde's own CPU attention kernel (``csrc/``), varlen attention straight over the packed
 batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32
-arithmetic, and for bf16 on CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``).
+arithmetic, and for bf16 on CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``), or AMX tile
+products where the CPU has AMX-BF16 and the head size is a multiple of 32 (``varlen_attention_amx.cpp``).
 Compiled when the distribution is installed (``setup.py``: the extension module ``wde_cpu_kernels._varlen``),
 so nothing is built at run time. Where it cannot be used (no AVX-512, a module that does not load,
 ``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
@@ -59,6 +60,12 @@ def cpu_varlen_refusal(dtype: torch.dtype) -> str | None:
 def has_avx512_bf16() -> bool:
     """Whether the CPU has AVX512-BF16 (the bf16 kernel's pair dot products)."""
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
+
+
+def bf16_products() -> str:
+    """What computes the bf16 kernel's products on this CPU: ``"AMX tiles"`` or ``"AVX512-BF16"``."""
+    kernel = varlen_kernel()
+    return "AMX tiles" if kernel is not None and kernel.amx_available() else "AVX512-BF16"
 
 
 def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None):

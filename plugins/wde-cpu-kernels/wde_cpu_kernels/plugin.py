@@ -14,17 +14,19 @@ def wde_register_attention_backends(register):
 
 @hookimpl
 def wde_select_attention_backend(device, dtype, causal):
-    """``cpu_varlen`` on CPU in float32, and in bfloat16 where the CPU has AVX512-BF16, when it builds; else
+    """``cpu_varlen`` on CPU in float32, and in bfloat16 where the CPU has AVX512-BF16 (products by AMX tiles where
+    it has AMX-BF16), when it loads; else
     ``torch_sdpa`` with the reason; no opinion off the CPU or in other dtypes."""
     import torch
 
     if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
         return None
-    from wde_cpu_kernels.attention import cpu_varlen_refusal
+    from wde_cpu_kernels.attention import bf16_products, cpu_varlen_refusal
 
     named, refusal = str(dtype).replace("torch.", ""), cpu_varlen_refusal(dtype)
     if refusal is None:
-        return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}"
+        products = f" (products by {bf16_products()})" if dtype == torch.bfloat16 else ""
+        return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}{products}"
     return "torch_sdpa", f"auto: torch_sdpa on cpu with {named} (cpu_varlen: {refusal})"
 
 

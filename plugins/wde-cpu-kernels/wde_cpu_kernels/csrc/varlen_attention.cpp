@@ -142,7 +142,8 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 #ifdef __AVX512BF16__
 at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale);
+                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx);
+bool amx_available();
 #endif
 
 at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
@@ -157,8 +158,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
 #ifdef __AVX512BF16__
-  m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16)",
+  m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16, or AMX tiles)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+        py::arg("scale"), py::arg("amx") = true, py::call_guard<py::gil_scoped_release>());
+  m.def("amx_available", &amx_available, "Whether the CPU has AMX-BF16 and Linux grants its tile state");
 #endif
 }

@@ -56,21 +56,36 @@ inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
   *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
 }
 
-// exp(scale * (score - max)) of one row over [j0, j1) in place, zero outside keys [lo, hi); returns 1 / sum.
-inline float softmax_row(float* s, int j0, int j1, int lo, int hi, float scale) {
-  for (int j = j0; j < lo; ++j) s[j - j0] = -INFINITY;
-  for (int j = hi; j < j1; ++j) s[j - j0] = -INFINITY;
+// exp(scale * (score - max)) of R rows of a block over [j0, j1) in place (row r in s + r * width),
+// zero outside each row's keys [lo[r], hi[r]); sets inv[r] = 1 / sum. The rows go through each step together:
+// their max, exp and sum chains are independent, so they overlap instead of waiting on one another.
+template <int R>
+inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, const int* hi, float scale, float* inv) {
   const int n = j1 - j0;
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m)), sc = _mm512_set1_ps(scale);
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), mx), sc));
-    sum = _mm512_add_ps(sum, e);
-    _mm512_storeu_ps(s + j, e);
+  for (int r = 0; r < R; ++r) {
+    float* row = s + r * width;
+    for (int j = j0; j < lo[r]; ++j) row[j - j0] = -INFINITY;
+    for (int j = std::max(j0, hi[r]); j < j1; ++j) row[j - j0] = -INFINITY;
   }
-  return 1.0f / _mm512_reduce_add_ps(sum);
+  __m512 m[R], sum[R];
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) m[r] = _mm512_set1_ps(-INFINITY), sum[r] = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16)
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; ++r) m[r] = _mm512_max_ps(m[r], _mm512_loadu_ps(s + r * width + j));
+  const __m512 sc = _mm512_set1_ps(scale);
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) m[r] = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(m[r])), sc);
+  for (int j = 0; j < n; j += 16)
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; ++r) {
+      float* x = s + r * width + j;
+      const __m512 e = exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x), sc, m[r]));
+      sum[r] = _mm512_add_ps(sum[r], e);
+      _mm512_storeu_ps(x, e);
+    }
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) inv[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
 }
 
 // Query rows [row0, row1) of one head of a sequence of L tokens; `Ops` packs the keys (and values), computes
@@ -91,11 +106,11 @@ void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int win
     j0 &= ~15;
     const int jend = j0 + ((j1 - j0 + 15) & ~15);
     Ops::scores(h, sc, width, D, i, rows, j0, j1);
-    for (int r = 0; r < ROWS; ++r) {  // rows past `rows` repeat the last row: computed, never stored
-      key_range(i + std::min(r, rows - 1), L, causal, window, &lo, &hi);
-      sc.inv[r] = softmax_row(sc.s.data() + r * width, j0, jend, lo, hi, scale);
-      Ops::probabilities(sc, r, width, jend - j0);
-    }
+    int los[ROWS], his[ROWS];
+    for (int r = 0; r < ROWS; ++r)  // rows past `rows` repeat the last row: computed, never stored
+      key_range(i + std::min(r, rows - 1), L, causal, window, &los[r], &his[r]);
+    softmax_rows<ROWS>(sc.s.data(), width, j0, jend, los, his, scale, sc.inv.data());
+    for (int r = 0; r < ROWS; ++r) Ops::probabilities(sc, r, width, jend - j0);
     Ops::weighted_values(h, sc, width, D, i, rows, j0, j1);
   }
 }
