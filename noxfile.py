@@ -17,7 +17,7 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-data-parallel",
-            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip"]
+            "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip", "./plugins/wde-splade"]
 # compiled at install (a CppExtension against the session's torch, hence no build isolation)
 KERNELS = ["setuptools>=64", "--no-build-isolation", "./plugins/wde-cpu-kernels"]
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis

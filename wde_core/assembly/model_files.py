@@ -65,7 +65,8 @@ class ModelDirectory:
 
 def open_model_directory(model: str, registry: Registry, revision: str | None = None) -> ModelDirectory:
     """Resolve ``model`` to a directory and read its config and sentence-transformers files."""
-    path, found_by = resolve_model_path(model, registry, revision)
+    root, found_by = resolve_model_path(model, registry, revision)
+    path = router_route_folder(root)
     if not (path / "config.json").is_file():
         raise ModelNotFoundError(f"model {model!r}: {path} has no config.json")
     from transformers import AutoConfig
@@ -75,7 +76,16 @@ def open_model_directory(model: str, registry: Registry, revision: str | None = 
     except Exception as exc:  # noqa: BLE001 - bad JSON, unknown model_type, transformers' strict field types
         raise ValueError(f"model {model!r}: cannot read {path / 'config.json'}: {exc}") from exc
     check_config_sizes(f"model {model!r}: {path / 'config.json'}", config, path)
-    return ModelDirectory(model, path, found_by, config, read_sentence_transformer_files(path))
+    return ModelDirectory(model, path, found_by, config, read_sentence_transformer_files(root))
+
+
+def router_route_folder(path: Path) -> Path:
+    """``path``, or for a sentence-transformers ``Router`` directory with no config.json of its own, the one route
+    module folder with an HF config.json (weights and tokenizer live there; modules.json, naming the Router, stays
+    at ``path``)."""
+    routes = (_read_json(path / "router_config.json") or {}).get("types", {})
+    found = [path / name for name in routes if "model_type" in (_read_json(path / name / "config.json") or {})]
+    return found[0] if len(found) == 1 and not (path / "config.json").is_file() else path
 
 
 def check_config_sizes(where: str, config: Any, path: Path) -> None:

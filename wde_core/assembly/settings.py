@@ -23,12 +23,15 @@ class Extras(TypedDict, total=False):
 class Proposals:
     """What a link's ``configure(propose, directory, args)`` proposes before the decision: ``suggest`` ranks right
     after the engine argument, ``require`` refuses a contradicting one; ``length_limit = (tokens, why)`` caps
-    ``max_model_len`` (refusing an engine argument above it); ``notes`` go to the reasons ``wde inspect`` prints."""
+    ``max_model_len`` (refusing an engine argument above it); ``notes`` go to the reasons ``wde inspect`` prints;
+    ``served_modules``: sentence-transformers module types (as modules.json names them) the core does not know and
+    the plugin serves itself (SPLADE's pooling), else refused."""
 
     values: dict[str, tuple[Any, str, bool]] = field(default_factory=dict)
     length_limit: tuple[int, str] | None = None
     notes: dict[str, str] = field(default_factory=dict)
     extras: Extras = field(default_factory=dict)
+    served_modules: set[str] = field(default_factory=set)  # modules.json types the plugin's own stages serve
 
     def suggest(self, name: str, value: Any, why: str, *, required: bool = False) -> None:
         """Propose ``value`` for setting ``name``; an engine argument still wins unless ``required``."""
@@ -81,12 +84,12 @@ def pick(name: str, reasons: dict[str, str], *candidates: tuple[Any, str]) -> An
 def decide_model_settings(directory, link: ArchitectureLink, args, reasons: dict[str, str]) -> ModelSettings:
     """Decide every setting for ``directory`` served through ``link`` with engine arguments ``args``."""
     st, config, defaults = directory.st, directory.config, dict(link.defaults)
-    if st.unsupported_modules:
-        raise ValueError(f"model {directory.name!r}: unsupported sentence-transformers modules: "
-                         f"{', '.join(st.unsupported_modules)}")
     propose = Proposals()
     if link.configure is not None:
         import_target(link.configure)(propose, directory, args)
+    if unsupported := [module for module in st.unsupported_modules if module not in propose.served_modules]:
+        raise ValueError(f"model {directory.name!r}: unsupported sentence-transformers modules: "
+                         f"{', '.join(unsupported)}")
     plugin = f"default of {link.provider}"
 
     def decide(name: str, *sources: tuple[Any, str], core: Any) -> Any:
