@@ -1,4 +1,4 @@
-"""The core stays small and walkable: core + wde-bert under 2,740 lines of code (C/C++ under ``wde_core``
+"""The core stays small and walkable: core + wde-bert under 2,773 lines of code (C/C++ under ``wde_core``
 included), no module over 300 lines, and no import cycle inside ``wde_core``."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Issue 26 asked for a quantization engine argument: the argument, the wde_quantization hook's call, the
 # pipeline's record of it and Linear's kernel/dense split (21 lines) raised it to 2,740; the int8 arithmetic, its
 # compiled quantizer and oneDNN calls live in wde-cpu-kernels.
-CODE_LINE_BUDGET = 2740
+# Issue 27 asked for `wde list-tasks`, a core command beside list-workflows: every task, its methods and the
+# architectures and workflows that serve it (33 lines) raised it to 2,773; the task scaffold lives in wde-plugin-kit.
+CODE_LINE_BUDGET = 2773
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

@@ -254,6 +254,7 @@ RUN = {
     "wde inspect": SHOWN,
     "wde inspect --engine-arg executor=tensor_parallel --engine-arg tensor_parallel_size=2": SHOWN,
     "wde list-workflows": SHOWN,
+    "wde list-tasks": SHOWN,
     "wde plugins": SHOWN,
     "wde plugin new wde-mymodel --architecture MyModel": check_plugin_new("wde-mymodel", "wde_mymodel", "MyModel"),
     "wde plugin new wde-my-vit --modality image --architecture MyViTModel":

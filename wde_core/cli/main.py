@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import textwrap
 from contextlib import contextmanager
 from typing import Any
 
@@ -147,6 +148,44 @@ def checked_line(registry, problems) -> str:
     what = (f"checked {len(registry.workflows)} workflows, {components} components, {len(registry.links)} "
             f"architecture links, {len(registry.model_sources)} model sources and {len(registry.tasks)} tasks")
     return f"{what}: all imports resolve" if not problems else f"{what}: {len(problems)} problem(s) above"
+
+
+def tasks_data() -> list[dict[str, Any]]:
+    """Every task with its front-end methods, inputs, description and the architecture links that serve it."""
+    registry = get_plugin_host().registry
+    data = []
+    for task in sorted(registry.tasks.values(), key=lambda t: t.name):
+        links = sorted((link for link in registry.links.values() if link.task in task.link_tasks),
+                       key=lambda link: link.key)
+        data.append({"task": task.name, "provider": task.provider, "methods": list(task.methods),
+                     "inputs": task.inputs, "description": task.description, "served_by": list(task.link_tasks),
+                     "workflows": sorted({link.workflow for link in links}),
+                     "architectures": [{"architecture": link.architecture, "task": link.task, "variant": link.variant,
+                                        "workflow": link.workflow, "provider": link.provider} for link in links]})
+    return data
+
+
+@cli.command("list-tasks")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_tasks(as_json: bool) -> None:
+    """List tasks, their front-end methods and inputs, and the architectures (and workflows) that serve them."""
+    host = get_plugin_host()
+    data = tasks_data()
+    if as_json:
+        emit_json({"tasks": data, "problems": [str(p) for p in host.problems]})
+        return
+    print_table([{**t, "methods": ", ".join(t["methods"])} for t in data],
+                ["task", "methods", "provider", "inputs", "description"])
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}  # tasks served by the same link tasks, together
+    for t in data:
+        groups.setdefault(tuple(t["served_by"]), []).append(t)
+    for served_by, tasks in groups.items():
+        archs = sorted({link["architecture"] for link in tasks[0]["architectures"]})
+        click.echo(f"\n{', '.join(t['task'] for t in tasks)}: served by the models linked for {' or '.join(served_by)}")
+        for line in (f"workflows: {', '.join(tasks[0]['workflows']) or 'none'}",
+                     f"architectures: {', '.join(archs) or 'none'}"):
+            click.echo(textwrap.fill(line, 110, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+    print_problems(host.problems)
 
 
 @cli.command("plugins")

@@ -7,7 +7,7 @@ from wde_core.plugin_api import hookimpl
 
 @hookimpl
 def wde_register_commands(cli):
-    """``wde plugin new NAME [--architecture ARCH] [--modality text|image]``."""
+    """``wde plugin new NAME [--architecture ARCH] [--modality text|image] [--task TASK]``."""
     from wde_plugin_kit.scaffold import plugin
 
     cli.add_command(plugin)
