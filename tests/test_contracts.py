@@ -210,6 +210,7 @@ def test_every_architecture_of_the_plugins_here_has_an_install_hint():
     hints = json.loads((ROOT / "wde_core" / "plugins" / "hints.json").read_text())
     in_repo = {p.name for p in (ROOT / "plugins").iterdir()}
     linked = {link.architecture: host.plugins[link.provider].distribution for link in host.registry.links.values()
-              if link.provider in host.plugins and host.plugins[link.provider].distribution in in_repo}
+              if link.provider in host.plugins and host.plugins[link.provider].distribution in in_repo
+              and not link.variant}  # a variant (wde-splade's BertForMaskedLM) may come from another plugin
     assert len(linked) >= 25
     assert {arch: hints.get(arch) for arch in linked} == linked

@@ -1,4 +1,4 @@
-"""The core stays small and walkable: core + wde-bert under 2,773 lines of code (C/C++ under ``wde_core``
+"""The core stays small and walkable: core + wde-bert under 2,779 lines of code (C/C++ under ``wde_core``
 included), no module over 300 lines, and no import cycle inside ``wde_core``."""
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # compiled quantizer and oneDNN calls live in wde-cpu-kernels.
 # Issue 27 asked for `wde list-tasks`, a core command beside list-workflows: every task, its methods and the
 # architectures and workflows that serve it (33 lines) raised it to 2,773; the task scaffold lives in wde-plugin-kit.
-CODE_LINE_BUDGET = 2773
+# Issue 27 asked for SPLADE (wde-splade): a link's configure step may serve sentence-transformers modules the core
+# does not know (Proposals.served_modules), and a Router directory without a root config.json opens at its one HF
+# route folder (6 lines, wde_core/assembly); the pooling, routes and static weights live in wde-splade.
+CODE_LINE_BUDGET = 2779
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 
