@@ -1,4 +1,4 @@
-"""The core stays small and walkable: core + wde-bert under 2,779 lines of code (C/C++ under ``wde_core``
+"""The core stays small and walkable: core + wde-bert under 2,939 lines of code (C/C++ under ``wde_core``
 included), no module over 300 lines, and no import cycle inside ``wde_core``."""
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Issue 27 asked for SPLADE (wde-splade): a link's configure step may serve sentence-transformers modules the core
 # does not know (Proposals.served_modules), and a Router directory without a root config.json opens at its one HF
 # route folder (6 lines, wde_core/assembly); the pooling, routes and static weights live in wde-splade.
-CODE_LINE_BUDGET = 2779
+# Issue 27 asked for late chunking in encode (truncate="late", chunks=...): chunk spans and rules (sentences,
+# token counts) checked before any work, token offsets, windows beyond max_model_len and the per-chunk means (160
+# lines, in wde_core/tasks/late_chunking.py and encode) raised it to 2,939; the server's field lives in wde-server.
+CODE_LINE_BUDGET = 2939
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

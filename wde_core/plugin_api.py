@@ -17,6 +17,7 @@ _MODULES = {
     "wde_core.runtime.request": ("Request", "EmbedOptions", "TokenEmbedOptions", "ScoreOptions", "ImageInput",
                                  "as_image_input"),
     "wde_core.tasks": ("Call",),
+    "wde_core.tasks.late_chunking": ("late_chunk_spans",),
     "wde_core.stages.input_processor": ("TextInputProcessor",),
     "wde_core.stages.tokenizer": ("HFTokenizer", "prompt_token_count"),
     "wde_core.stages.scheduler": ("TokenBudgetScheduler",),

@@ -14,15 +14,19 @@ class TaskMethods:
 
     def encode(self, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
                prompt: str | None = None, prompt_name: str | None = None, truncate: bool | str | None = None,
-               output: str | Sequence[str] = "dense", show_progress: bool = False) -> Any:
+               output: str | Sequence[str] = "dense", chunks: Any = None, late_overlap: int | None = None,
+               show_progress: bool = False) -> Any:
         """Embed ``texts`` (the ``embed`` task): a float32 array ``[n, dim]``, ``[dim]`` for a single string.
 
         ``normalize``/``dimensions`` override the model's (Matryoshka); ``prompt``/``prompt_name`` prepend an
         instruction. ``truncate``: ``True`` cuts an over-long input, ``False`` refuses it, ``"chunk"`` returns the
-        token-weighted mean of its chunks' embeddings, ``None`` follows ``long_inputs``. ``output``: another
+        token-weighted mean of its chunks' embeddings, ``None`` follows ``long_inputs``; ``"late"`` (late chunking)
+        returns ``[n_chunks, dim]`` per text (a list for a list), the mean of each of its ``chunks``' token states
+        from the whole text (windows sharing ``late_overlap`` tokens beyond ``max_model_len``). ``output``: another
         output a model serves (bge-m3: ``"sparse"``, ``"colbert"``), or a tuple of names for a dict of them."""
         return self.call("encode", texts, normalize=normalize, dimensions=dimensions, prompt=prompt,
-                         prompt_name=prompt_name, truncate=truncate, output=output, show_progress=show_progress)
+                         prompt_name=prompt_name, truncate=truncate, output=output, chunks=chunks,
+                         late_overlap=late_overlap, show_progress=show_progress)
 
     def embed_tokens(self, texts: str | Sequence[str], *, normalize: bool = False, prompt: str | None = None,
                      prompt_name: str | None = None, truncate: bool | None = None, show_progress: bool = False) -> Any:

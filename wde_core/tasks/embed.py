@@ -8,19 +8,30 @@ from wde_core.runtime.outputs import DENSE, check_outputs, collect_embeddings, p
 from wde_core.runtime.request import EmbedOptions, TokenEmbedOptions, as_image_input
 from wde_core.tasks import Call, long_input_policy
 from wde_core.tasks.chunking import chunked_call
+from wde_core.tasks.late_chunking import late_call
 
 
 def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
            prompt: str | None = None, prompt_name: str | None = None, truncate: bool | str | None = None,
-           output: str | Sequence[str] = "dense") -> Any:
+           output: str | Sequence[str] = "dense", chunks: Any = None, late_overlap: int | None = None) -> Any:
     """Embed ``texts``: a float32 array ``[n, dim]``, or ``[dim]`` for a single string.
 
     ``normalize``/``dimensions`` override the model's (Matryoshka); ``prompt``/``prompt_name`` prepend an
     instruction. ``truncate``: ``True`` cuts an over-long input, ``False`` refuses it, ``"chunk"`` returns the
-    token-weighted mean of its chunks' embeddings, ``None`` follows ``long_inputs``. ``output``: another
+    token-weighted mean of its chunks' embeddings, ``None`` follows ``long_inputs``; ``"late"`` (late chunking)
+    returns ``[n_chunks, dim]`` per text (a list for a list), the mean of each of its ``chunks``' token states
+    from the whole text (windows sharing ``late_overlap`` tokens beyond ``max_model_len``). ``output``: another
     output a model serves (bge-m3: ``"sparse"``, ``"colbert"``), or a tuple of names for a dict of them."""
     names, _ = parse_output(output)
     check_outputs(names, getattr(engine.output_processor, "outputs", (DENSE,)), engine.pipeline.model.name)
+    if isinstance(truncate, str) and truncate not in ("chunk", "late"):
+        raise ValueError(f"truncate={truncate!r}: expected True, False, 'chunk', 'late' or None")
+    if truncate == "late" or chunks is not None or late_overlap is not None:
+        if truncate != "late" or output != DENSE:
+            raise ValueError(f"chunks and late_overlap serve truncate='late' with output='dense' only; got "
+                             f"truncate={truncate!r}, output={output!r}")
+        return late_call(engine, texts, chunks, options=EmbedOptions(normalize=normalize, dimensions=dimensions),
+                         prompt=prompt, prompt_name=prompt_name, late_overlap=late_overlap)
     policy = long_input_policy(engine, truncate, chunk_ok=True)
     options = EmbedOptions(normalize=normalize, dimensions=dimensions, output=names)
     requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)

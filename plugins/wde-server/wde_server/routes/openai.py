@@ -1,18 +1,23 @@
-"""OpenAI's (and Jina's, with images) ``/v1/embeddings`` and ``/v1/models``; vLLM's ``/score`` and ``/classify``."""
+"""OpenAI's (and Jina's, with images) ``/v1/embeddings`` (with wde's late chunking) and ``/v1/models``; vLLM's
+``/score`` and ``/classify``."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
-from wde_core.plugin_api import EmbedOptions
+from wde_core.plugin_api import Call, EmbedOptions, late_chunk_spans
 from wde_server.calls import Timing, classify_call, embed_call, is_small, run, score_call
 from wde_server.encoding import to_base64
 from wde_server.errors import ApiError
 from wde_server.images import check_payload, jina_inputs, refuse_images
+from wde_server.models import ServedModel
 from wde_server.routes.common import answer, as_list, check_batch, model_for
 from wde_server.schemas.openai import (ClassifyData, ClassifyRequest, ClassifyResponse, Embedding, EmbeddingRequest,
                                        EmbeddingResponse, ModelCard, ModelList, ScoreData, ScoreRequest,
@@ -24,12 +29,14 @@ router = APIRouter(tags=["OpenAI and vLLM"])
 @router.post("/v1/embeddings", response_model=EmbeddingResponse)
 async def embeddings(body: EmbeddingRequest, request: Request):
     """Embed texts or token-id lists (OpenAI embeddings API), or texts and images (Jina: ``{"text": ...}``,
-    ``{"image": ...}``); ``dimensions`` cuts Matryoshka vectors."""
+    ``{"image": ...}``); ``dimensions`` cuts Matryoshka vectors; ``late_chunks``: a vector per chunk of each text."""
     model = model_for(request, body.model, "/v1/embeddings")
     inputs = jina_inputs(as_list(body.input))
     check_batch(request, inputs.checked(), "input")
     check_payload(request, inputs)
     refuse_images(model, inputs)
+    if body.late_chunks is not None or body.late_overlap is not None:
+        return await late_embeddings(body, request, model, inputs.items)
     timing = Timing()
     policy = "end" if request.app.state.options.auto_truncate else "error"
     prepare = embed_call(model, inputs.items, truncate=policy, field_name="input",
@@ -40,6 +47,53 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(vectors)]
     usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)
     return answer(request, EmbeddingResponse(data=data, model=model.name, usage=usage), timing, model)
+
+
+async def late_embeddings(body: EmbeddingRequest, request: Request, model: ServedModel,
+                          items: list) -> Response:
+    """Late chunking (``late_chunks``): one embedding per chunk of each text, in order, each with its input's
+    index and its character span; ``late_chunks`` is a rule, or one list of spans per input (a single list of
+    spans for a single input)."""
+    if body.late_chunks is None:
+        raise ApiError(400, "late_overlap: goes with late_chunks; add late_chunks or drop late_overlap",
+                       param="late_overlap")
+    if not all(isinstance(item, str) for item in items):
+        raise ApiError(400, "input: late chunking (late_chunks) reads texts only, not token ids or images",
+                       param="input")
+    chunks, texts = body.late_chunks, items
+    if isinstance(chunks, list) and chunks and chunks[0] and isinstance(chunks[0][0], int):  # one input's spans
+        if len(items) != 1:
+            raise ApiError(400, f"late_chunks: one list of spans for {len(items)} inputs; send a list of spans per "
+                                "input", param="late_chunks")
+        texts = items[0]
+    timing = Timing()
+    prepare = late_embed_call(model, texts, chunks, overlap=body.late_overlap, dimensions=body.dimensions)
+    results = await run(model, prepare, timing, request=request)
+    encode = to_base64 if body.encoding_format == "base64" else np.ndarray.tolist
+    flat = [(i, vector, span) for i, (vectors, spans) in enumerate(results) for vector, span in zip(vectors, spans)]
+    data = [Embedding(index=k, embedding=encode(vector), input_index=i, span=list(span))
+            for k, (i, vector, span) in enumerate(flat)]
+    usage = Usage(prompt_tokens=timing.tokens, total_tokens=timing.tokens)
+    return answer(request, EmbeddingResponse(data=data, model=model.name, usage=usage), timing, model)
+
+
+def late_embed_call(model: ServedModel, texts: str | Sequence[str], chunks: Any, *, overlap: int | None,
+                    dimensions: int | None) -> Callable[[], Call]:
+    """A prepare function for late chunking (``late_chunks``): per text, its chunks' vectors and their spans;
+    a refusal names its field (``param``)."""
+    def prepare() -> Call:
+        try:
+            spans = late_chunk_spans(model.sync, texts, chunks, name="late_chunks")
+            call = model.sync.prepare("encode", texts, truncate="late", chunks=spans, late_overlap=overlap,
+                                      dimensions=dimensions)
+        except (ValueError, TypeError) as exc:
+            field = re.match(r"late_chunks|late_overlap|dimensions", str(exc))
+            raise ApiError(400, str(exc), param=field and field.group()) from None
+        if isinstance(texts, str):
+            return Call(call.requests, lambda results: [(call.collect(results), spans)])
+        return Call(call.requests, lambda results: list(zip(call.collect(results), spans)))
+
+    return prepare
 
 
 @router.get("/v1/models", response_model=ModelList)

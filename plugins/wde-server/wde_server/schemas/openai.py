@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, StrictInt
 
 from wde_server.schemas import Open, Strict, Text, Texts, TokenInputs
 from wde_server.schemas.unions import one_of
@@ -22,23 +22,35 @@ EmbeddingInputs = TokenInputs | one_of((list[one_of((Text, "a string"), (InputOb
                                         "a list of strings and objects"))
 
 
+Spans = list[list[StrictInt]]
+LateChunks = one_of((Literal["sentences"], '"sentences"'), (dict[Literal["sentences", "tokens"], StrictInt],
+                                                            'an object {"sentences": k} or {"tokens": n}'),
+                    (Spans, "a list of [start, end] spans"), (list[Spans], "a list of span lists, one per input"))
+
+
 class EmbeddingRequest(Strict):
     """``POST /v1/embeddings``: a string, strings, a token-id list or lists of them; or (Jina) a list of
-    strings, ``{"text": ...}`` and ``{"image": ...}`` objects."""
+    strings, ``{"text": ...}`` and ``{"image": ...}`` objects. ``late_chunks`` (wde): late chunking of texts,
+    one embedding per chunk; ``late_overlap``: the tokens its windows share beyond the model's length."""
 
     input: EmbeddingInputs
     model: Text | None = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1)
     user: Text | None = None
+    late_chunks: LateChunks | None = None
+    late_overlap: int | None = Field(default=None, ge=0)
 
 
 class Embedding(Open):
-    """One input's vector (a list of floats, or base64 of little-endian float32 values)."""
+    """One input's vector (a list of floats, or base64 of little-endian float32 values); with ``late_chunks``,
+    one chunk's, with its input's index and its ``[start, end)`` character span."""
 
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
+    input_index: int | None = None
+    span: list[int] | None = None
 
 
 class Usage(Open):
