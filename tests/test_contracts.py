@@ -59,7 +59,7 @@ def test_links_name_registered_tasks_and_known_defaults(register_plugin):
     host = register_plugin(("typos", UnknownTaskPlugin), use_entry_points=False)
     problems = [str(p) for p in host.problems]
     assert problems[0] == ("typos: wde_register_architectures: architecture 'FooModel': unknown task 'summarize'; "
-                           "registered tasks: classify, embed, rerank, token_embed")
+                           "registered tasks: classify, embed, rerank, token_classify, token_embed")
     assert problems[1].startswith("typos: wde_register_architectures: architecture 'BarModel': unknown defaults "
                                   "key(s) normalise; known: pooling, normalize")
     assert host.registry.links_for("FooModel") == [] and host.registry.links_for("BarModel") == []
@@ -79,7 +79,7 @@ def test_task_methods_are_unique_and_checked(register_plugin):
     assert "method 'encode' is already served by task 'embed' of 'wde-core'" in problems
     assert "task 'nothing' names no front-end method" in problems
     assert "import path 'no_such_module:prepare' does not resolve" in problems
-    assert set(host.registry.tasks) == {"embed", "token_embed", "rerank", "classify"}
+    assert set(host.registry.tasks) == {"embed", "token_embed", "rerank", "classify", "token_classify"}
 
 
 def wde_core_imports(path: Path) -> set[str]:

@@ -1,4 +1,4 @@
-"""The core stays small and walkable: core + wde-bert under 2,939 lines of code (C/C++ under ``wde_core``
+"""The core stays small and walkable: core + wde-bert under 3,057 lines of code (C/C++ under ``wde_core``
 included), no module over 300 lines, and no import cycle inside ``wde_core``."""
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Issue 27 asked for late chunking in encode (truncate="late", chunks=...): chunk spans and rules (sentences,
 # token counts) checked before any work, token offsets, windows beyond max_model_len and the per-chunk means (160
 # lines, in wde_core/tasks/late_chunking.py and encode) raised it to 2,939; the server's field lives in wde-server.
-CODE_LINE_BUDGET = 2939
+# Issue 27 asked for token classification (classify_tokens: NER, PII): the token_classify task's tokenization with
+# offsets and stride windows, its arguments checked before any work, the per-token record and transformers' own
+# pipeline post-processing called on wde's logits, and BERT's token classifier (118 lines) raised it to 3,057;
+# the other families' token classifiers live in their plugins.
+CODE_LINE_BUDGET = 3057
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

@@ -85,12 +85,15 @@ TASKS = (
          description="relevance scores of query-document pairs"),
     Task("classify", {"classify": f"{_T}.scoring:classify"}, inputs="a str, a (text, text) pair, or a list of them",
          description="per-label probabilities"),
+    Task("token_classify", {"classify_tokens": f"{_T}.token_classify:classify_tokens"}, inputs="a str or a list of "
+         "str", description="per-token labels with character offsets; entities grouped as transformers' pipeline"),
 )
 
 
 @hookimpl
 def wde_register_tasks(register):
-    """The core's tasks: embed (encode), token_embed (embed_tokens), rerank (score, rerank), classify."""
+    """The core's tasks: embed (encode), token_embed (embed_tokens), rerank (score, rerank), classify,
+    token_classify (classify_tokens)."""
     for task in TASKS:
         register(task)
 

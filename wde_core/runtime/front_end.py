@@ -9,8 +9,8 @@ from typing import Any, Sequence
 
 
 class TaskMethods:
-    """``encode``, ``embed_tokens``, ``score``, ``rerank`` and ``classify``; ``show_progress=True`` draws a
-    progress bar on stderr (``Engine`` only)."""
+    """``encode``, ``embed_tokens``, ``score``, ``rerank``, ``classify`` and ``classify_tokens``;
+    ``show_progress=True`` draws a progress bar on stderr (``Engine`` only)."""
 
     def encode(self, texts: str | Sequence[str], *, normalize: bool | None = None, dimensions: int | None = None,
                prompt: str | None = None, prompt_name: str | None = None, truncate: bool | str | None = None,
@@ -53,3 +53,13 @@ class TaskMethods:
         """Per-label probabilities ``{label: p}`` (the ``classify`` task) for each text or ``(text, text)`` pair
         (``raw_scores=True``: the logits); a single string or pair gives one dict."""
         return self.call("classify", texts, raw_scores=raw_scores, truncate=truncate, show_progress=show_progress)
+
+    def classify_tokens(self, texts: str | Sequence[str], *, aggregation: str | None = None, stride: int | None = None,
+                        ignore_labels: Sequence[str] | None = None, truncate: bool | None = None,
+                        show_progress: bool = False) -> Any:
+        """Per-token labels (the ``token_classify`` task: NER, PII) with character offsets: per text, every
+        token's logits, labels and scores (``aggregation=None``), or the entities transformers' token-classification
+        pipeline groups with ``aggregation`` ``"none"``, ``"simple"``, ``"first"``, ``"average"`` or ``"max"``;
+        ``stride``: windows over a long text, resolved as the pipeline's."""
+        return self.call("classify_tokens", texts, aggregation=aggregation, stride=stride, ignore_labels=ignore_labels,
+                         truncate=truncate, show_progress=show_progress)

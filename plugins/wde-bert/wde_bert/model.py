@@ -7,7 +7,8 @@ import re
 import torch
 from torch import nn
 
-from wde_core.plugin_api import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, tensor_parallel
+from wde_core.plugin_api import (ColumnParallelLinear, Linear, RowParallelLinear, VocabParallelEmbedding,
+                                 tensor_parallel)
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module, index of the stacked QKV slice or None)
@@ -100,3 +101,16 @@ class BertEncoder(nn.Module):
         ours, part = _LAYER_NAMES.get(module, (module, None))
         rows = None if part is None else slice(part * self.hidden_size, (part + 1) * self.hidden_size)
         return f"layers.{index}.{ours}.{kind}", rows
+
+
+class BertTokenClassifier(BertEncoder):
+    """``BertForTokenClassification``: the encoder, then ``classifier`` on every token; its forward returns the
+    logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them as such)."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Per-token logits ``[T, num_labels]``."""
+        return self.classifier(super().forward(model_input))

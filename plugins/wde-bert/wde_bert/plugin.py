@@ -1,4 +1,5 @@
-"""Registers the BERT architectures, the packaged all-MiniLM-L6-v2 and the default model."""
+"""Registers the BERT architectures (embedders, the token classifier), the packaged all-MiniLM-L6-v2 and the
+default model."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining")
 
 @hookimpl
 def wde_register_architectures(register):
-    """BERT checkpoints embed with the core's embed workflow; CLS pooling unless told otherwise."""
+    """BERT checkpoints embed with the core's embed workflow (CLS pooling unless told otherwise);
+    ``BertForTokenClassification`` serves the token_classify task through the same stages."""
     for architecture in BERT_ARCHITECTURES:
         register(ArchitectureLink(
             architecture=architecture,
@@ -20,6 +22,11 @@ def wde_register_architectures(register):
             defaults={"pooling": "cls", "normalize": False},
             description="BERT encoder: absolute positions, token types, GELU",
         ))
+    register(ArchitectureLink(
+        architecture="BertForTokenClassification", task="token_classify", workflow="embed",
+        model="wde_bert.model:BertTokenClassifier", defaults={"pooling": "cls", "normalize": False},
+        description="BERT token classifier (NER, PII): per-token logits for classify_tokens",
+    ))
 
 
 @hookimpl

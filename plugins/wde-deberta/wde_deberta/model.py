@@ -212,3 +212,20 @@ class DebertaV2CrossEncoder(DebertaV2Encoder):
     def head(self, pooled: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, num_labels]`` from the pooled (first-token) states."""
         return self.classifier(self.pooler.dense(pooled))
+
+
+class DebertaV2TokenClassifier(DebertaV2Encoder):
+    """``DebertaV2ForTokenClassification``: the encoder, then ``classifier`` on every token; its forward returns
+    the logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them as such)."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Per-token logits ``[T, num_labels]``."""
+        return self.classifier(super().forward(model_input))
+
+    def map_checkpoint_name(self, name: str):
+        """The ``classifier`` sits outside the ``deberta.`` prefix."""
+        return (name, None) if name.startswith("classifier.") else super().map_checkpoint_name(name)

@@ -1,4 +1,4 @@
-"""The ``configure`` step of DeBERTa cross-encoders: the reranker's score activation, and how attention runs."""
+"""The ``configure`` steps of DeBERTa models: the reranker's score activation, and how attention runs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from wde_reranker.public import choose_activation
 def configure(propose, directory, args) -> None:
     """Choose the activation as wde-reranker does, and note under ``attention`` how attention is computed."""
     choose_activation(propose, directory, args)
+    note_attention(propose, directory, args)
+
+
+def note_attention(propose, directory, args) -> None:
+    """Note under ``attention`` how attention is computed (the token classifier's ``configure`` step)."""
     propose.notes["attention"] = describe_attention(directory.config)
 
 

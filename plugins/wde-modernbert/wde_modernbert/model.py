@@ -146,3 +146,13 @@ class ModernBertCrossEncoder(ModernBertEncoder):
         """Logits ``[B, num_labels]`` from the pooled states (mean pooling gives float32: cast to the weights')."""
         pooled = pooled.to(self.classifier.weight.dtype)
         return self.classifier(self.prediction.norm(self.prediction.dense(pooled)))
+
+
+class ModernBertTokenClassifier(ModernBertCrossEncoder):
+    """``ModernBertForTokenClassification``: every token through the prediction head (dense, activation, LayerNorm)
+    and ``classifier``; its forward returns the logits ``[T, num_labels]`` as the token states (the core's
+    token_classify task reads them as such)."""
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Per-token logits ``[T, num_labels]``."""
+        return self.head(super().forward(model_input))

@@ -1,5 +1,6 @@
 """Registers ModernBERT: ``ModernBertModel`` (and ``ModernBertForMaskedLM`` checkpoints) for the core's embed
-workflow, ``ModernBertForSequenceClassification`` for wde-reranker's ``rerank``/``classify`` workflows."""
+workflow, ``ModernBertForSequenceClassification`` for wde-reranker's ``rerank``/``classify`` workflows and
+``ModernBertForTokenClassification`` for the token_classify task (the core's stages)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker'
 
 @hookimpl
 def wde_register_architectures(register):
-    """Embedders: mean pooling unless the directory says otherwise; cross-encoders: ``classifier_pooling``."""
+    """Embedders: mean pooling unless the directory says otherwise; cross-encoders: ``classifier_pooling``;
+    the token classifier: per-token logits."""
     for architecture, description in EMBEDDERS.items():
         register(ArchitectureLink(
             architecture=architecture, task="embed", workflow="embed", model=f"{_P}.model:ModernBertEncoder",
@@ -32,3 +34,9 @@ def wde_register_architectures(register):
             variant=variant, matches=matches, configure=f"{_P}.settings:configure_cross_encoder",
             description=f"ModernBERT cross-encoder ({variant}): {task} (gte-reranker-modernbert-base)",
         ))
+    register(ArchitectureLink(
+        architecture="ModernBertForTokenClassification", task="token_classify", workflow="embed",
+        model=f"{_P}.model:ModernBertTokenClassifier", defaults={"pooling": "cls", "normalize": False},
+        configure=f"{_P}.settings:configure_embed",
+        description="ModernBERT token classifier (NER, PII): per-token logits for classify_tokens",
+    ))

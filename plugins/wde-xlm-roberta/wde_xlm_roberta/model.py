@@ -1,8 +1,11 @@
-"""The XLM-RoBERTa encoder: BERT's layers, RoBERTa's checkpoint names and position offset."""
+"""The XLM-RoBERTa encoder: BERT's layers, RoBERTa's checkpoint names and position offset; its token classifier."""
 
 from __future__ import annotations
 
+import torch
+
 from wde_bert.public import BertEncoder
+from wde_core.plugin_api import Linear
 from wde_xlm_roberta.plugin import PADDING_IDX
 
 
@@ -21,3 +24,18 @@ class XLMRobertaEncoder(BertEncoder):
             raise ValueError(f"{type(self).__name__}: pad_token_id={config.pad_token_id} is not supported "
                              f"(XLM-R positions start at padding_idx + 1 = {PADDING_IDX + 1})")
         super().__init__(config, attention, settings)
+
+
+class XLMRobertaTokenClassifier(XLMRobertaEncoder):
+    """``XLMRobertaForTokenClassification`` (and RoBERTa's): the encoder, then ``classifier`` on every token; its
+    forward returns the logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them)."""
+
+    skipped_prefixes = tuple(p for p in XLMRobertaEncoder.skipped_prefixes if p != "classifier.")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, model_input) -> torch.Tensor:
+        """Per-token logits ``[T, num_labels]``."""
+        return self.classifier(super().forward(model_input))

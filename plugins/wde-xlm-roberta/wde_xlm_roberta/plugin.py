@@ -1,4 +1,5 @@
-"""Registers XLM-RoBERTa for the embed task, and the bge-m3 variant with its three outputs."""
+"""Registers XLM-RoBERTa for the embed task, the bge-m3 variant with its three outputs, and the token
+classifiers for the token_classify task."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX
 @hookimpl
 def wde_register_architectures(register):
     """``XLMRobertaModel`` embeds (pooling from the sentence-transformers files, else CLS); a
-    directory with bge-m3's head files is served by the bge-m3 variant."""
+    directory with bge-m3's head files is served by the bge-m3 variant; ``*ForTokenClassification``
+    serves the token_classify task."""
     for architecture in ("XLMRobertaModel", "XLMRobertaForMaskedLM", "RobertaModel", "RobertaForMaskedLM"):
         register(ArchitectureLink(
             architecture=architecture, task="embed", workflow="embed",
@@ -27,6 +29,12 @@ def wde_register_architectures(register):
         matches="wde_xlm_roberta.bge_m3:has_bge_m3_heads",
         description="bge-m3: dense, sparse (lexical weights) and ColBERT outputs from one pass",
     ))
+    for architecture in ("XLMRobertaForTokenClassification", "RobertaForTokenClassification"):
+        register(ArchitectureLink(
+            architecture=architecture, task="token_classify", workflow="embed",
+            model="wde_xlm_roberta.model:XLMRobertaTokenClassifier", defaults=DEFAULTS,
+            description="(XLM-)RoBERTa token classifier (NER, PII): per-token logits for classify_tokens",
+        ))
 
 
 @hookimpl
