@@ -78,9 +78,11 @@ def test_list_workflows_json(wde):
     assert embed["provider"] == "wde-core"
     assert embed["stages"] == {**{s: {"component": c, "provider": "wde-core"} for s, c in CORE_STAGES.items()},
                                "attention_backend": {"component": "(auto)", "provider": ""}}
-    bert = [link for link in embed["architectures"] if link["provider"] == "wde-bert"]
+    bert = [link for link in embed["architectures"] if link["provider"] == "wde-bert" and link["task"] == "embed"]
     assert bert == [{"architecture": a, "task": "embed", "variant": "", "model": "wde_bert.model:BertEncoder",
                      "provider": "wde-bert"} for a in BERT_ARCHS]
+    assert {"architecture": "BertForTokenClassification", "task": "token_classify", "variant": "",  # same stages
+            "model": "wde_bert.model:BertTokenClassifier", "provider": "wde-bert"} in embed["architectures"]
 
 
 def test_plugins_json_and_table(wde):
