@@ -71,6 +71,12 @@ def test_api_words_without_a_command_stay_python():
         "--output-type 'sparse': needs --no-truncate")
 
 
+def test_a_method_served_by_a_command_of_another_name_names_the_command():
+    words = cli_hints.cli_words("encode() serves the 'embed' task; use classify_tokens()", "encode",
+                                {"encode", "classify-tokens"})
+    assert words == "wde encode serves the 'embed' task; use wde classify-tokens"
+
+
 def test_each_short_option_means_one_thing_in_every_command(isolated_host):
     group = WdeGroup("wde", commands=dict(cli.commands))  # the core's own, defined on the wde group
     isolated_host.register_commands(group)

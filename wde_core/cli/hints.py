@@ -13,7 +13,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # a source checkout has plugins/
 API_WORDS = ((r"\btruncate=True\b", "--truncate"), (r"\btruncate=False\b", "--no-truncate"),
              (r"\boutput=", "--output-type "), (r"\btop_n=", "--top-n "), (r"\bdimensions=", "--dimensions "),
              (r"\bprompt_name=", "--prompt-name "), (r"\bpass task=", "pass --engine-arg task="))
-METHOD_COMMANDS = {"score": "rerank"}  # front-end methods that a command of another name serves
+METHOD_COMMANDS = {"score": "rerank", "classify_tokens": "classify-tokens"}  # front-end methods that a command of another name serves
 REQUIREMENT = r"'wde-[\w-]+(?:\[[\w-]+\])?'|wde-[\w-]+"
 
 
