@@ -21,7 +21,7 @@ from wde_server.middleware import ServerMiddleware
 from wde_server.models import ModelSet, ServedModel, load_model, read_calibration
 from wde_server.options import ServerOptions
 from wde_server.process import trim_periodically
-from wde_server.routes import cohere, openai, tei
+from wde_server.routes import cohere, openai, tei, tokens
 
 log = logging.getLogger("uvicorn.error")
 
@@ -65,7 +65,7 @@ def create_app(models: Sequence[ServedModel | str | None] = (None,), options: Se
     app.state.models, app.state.options, app.state.metrics = served, options, metrics
     app.state.started = int(time.time())
     install_error_handlers(app)
-    for routes in (openai.router, cohere.router, tei.router):
+    for routes in (openai.router, cohere.router, tei.router, tokens.router):
         app.include_router(routes)
     add_service_routes(app)
     image_routes = IMAGE_ROUTES if any(m.reads_images for m in served) else frozenset()

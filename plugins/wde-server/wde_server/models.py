@@ -18,6 +18,7 @@ TASK_ROUTES = {
     "embed": ("/v1/embeddings", "/v2/embed", "/embed", "/embed_all", "/similarity", "/score"),
     "rerank": ("/v1/rerank", "/v2/rerank", "/rerank", "/score"),
     "classify": ("/predict", "/classify"),
+    "token_classify": ("/pooling", "/token_classification"),
 }
 COMMON_ROUTES = ("/tokenize", "/decode", "/info", "/v1/models")
 
