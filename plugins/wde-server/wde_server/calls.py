@@ -192,6 +192,9 @@ def token_embed_call(model: ServedModel, texts: Sequence[str], *, truncate: str,
 def _requests(model: ServedModel, inputs: Sequence[Any], truncate: str, field_name: str, options: Any,
               prompt_name: str | None) -> list[Request]:
     if inputs and isinstance(inputs[0], (list, tuple)):
+        if prompt_name is not None:  # a prompt (or a sparse Router's route) applies to texts: never drop it silently
+            raise ApiError(400, f"prompt_name: {prompt_name!r} applies to texts; {field_name} are token ids, used "
+                                "as given (send the texts instead)", param="prompt_name")
         requests = token_requests(model, inputs, options, field_name)
     else:
         requests = model.sync.input_processor.process(list(inputs), prompt_name=prompt_name, options=options)
