@@ -32,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # Issue 27 asked for token classification (classify_tokens: NER, PII): the token_classify task's tokenization with
 # offsets and stride windows, its arguments checked before any work, the per-token record and transformers' own
 # pipeline post-processing called on wde's logits, and BERT's token classifier (118 lines) raised it to 3,057;
-# the other families' token classifiers live in their plugins.
-CODE_LINE_BUDGET = 3057
+# the other families' token classifiers live in their plugins. A review's fixes (8 lines) raised it to 3,065: an
+# AsyncEngine call whose results cannot be assembled fails alone instead of hanging, and truncate='chunk'/'late'
+# are refused before any work for models whose outputs are their own (bge-m3, SPLADE).
+CODE_LINE_BUDGET = 3065
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

@@ -138,6 +138,26 @@ def test_async_bad_input_and_failed_batches_fail_only_their_callers(tiny_st_bert
     assert np.abs(good - expected).max() <= 1e-6
 
 
+def test_results_that_cannot_be_assembled_fail_their_call_and_the_engine_serves_on(tiny_st_bert_dir, expected):
+    """A call whose collect raises (after its batches ran) gets the error; it does not hang, nor stop the engine."""
+    from wde_core.tasks import Call
+
+    def broken(results):
+        raise ValueError(f"cannot assemble {len(results)} results")
+
+    async def scenario():
+        engine = AsyncEngine(str(tiny_st_bert_dir), device="cpu")
+        failed = await asyncio.gather(asyncio.wait_for(engine.submit(
+            lambda: Call(engine.engine.prepare("encode", ["a", "b"]).requests, broken)), 60), return_exceptions=True)
+        good = await engine.encode(TEXTS)
+        await engine.close()
+        return failed[0], good
+
+    failed, good = asyncio.run(scenario())
+    assert isinstance(failed, ValueError) and str(failed) == "cannot assemble 2 results"
+    assert np.abs(good - expected).max() <= 1e-6
+
+
 def test_every_forward_runs_on_the_engine_thread_and_inline_calls_tokenize_on_the_loop(tiny_st_bert_dir, expected):
     # torch ops on a second thread would start a second OpenMP team, which slows a lone request (see AsyncEngine)
     import threading

@@ -113,6 +113,7 @@ def test_over_long_texts_are_cut_refused_or_windowed(engine, reference, ner_dir)
     ({"aggregation": "max", "stride": 4, "truncate": True}, ValueError, "pass stride .* or truncate, not both"),
     ({"ignore_labels": ["O"]}, ValueError, "ignore_labels applies to an aggregation"),
     ({"aggregation": "simple", "ignore_labels": "O"}, TypeError, "ignore_labels: expected a list of str"),
+    ({"aggregation": "simple", "ignore_labels": 5}, TypeError, "ignore_labels: expected a list of str"),
     ({"truncate": "chunk"}, ValueError, "truncate='chunk'"),
 ])
 def test_bad_arguments_are_refused_before_any_batch(engine, kwargs, error, message):

@@ -3,7 +3,11 @@ environment: pip install --no-build-isolation ./plugins/wde-cpu-kernels builds a
 (the ABI must match the torch that loads it); with build isolation, pip installs the torch pinned in pyproject.toml."""
 
 import atexit
+import os
+import shlex
 import shutil
+import subprocess
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -16,8 +20,20 @@ CSRC = Path("wde_cpu_kernels") / "csrc"
 # loaded on any x86-64 CPU and only called where the CPU has them (wde_cpu_kernels.attention checks before each use,
 # the AMX path checks CPUID and asks Linux for the tile state). -fno-math-errno -fno-trapping-math let the
 # quantizer's rounding loops vectorize.
+AMX = ["-mamx-tile", "-mamx-bf16"]
+
+
+def compiler_takes(flags: list[str]) -> bool:
+    """Whether the C++ compiler accepts ``flags`` (gcc < 11 and clang < 12 have no AMX flags: without them
+    varlen_attention_amx.cpp compiles its fallback and the AVX512-BF16 path serves every CPU)."""
+    compiler = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    probe = subprocess.run([*shlex.split(compiler), *flags, "-x", "c++", "-E", "-"], input="", capture_output=True,
+                           text=True, check=False)
+    return probe.returncode == 0
+
+
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16",
-         "-mamx-tile", "-mamx-bf16", "-fno-math-errno", "-fno-trapping-math"]
+         "-fno-math-errno", "-fno-trapping-math"] + (AMX if compiler_takes(AMX) else [])
 
 # out of tree, as flit_core builds wde's other distributions: setuptools' build/ and *.egg-info go to a temporary
 # directory, never into the checkout

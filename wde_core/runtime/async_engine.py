@@ -155,8 +155,11 @@ class AsyncEngine(TaskMethods):
             call.remaining -= 1
             if call.remaining == 0:
                 del self._calls[request.call_id]
-                result = call.collect(call.results)
-                call.loop.call_soon_threadsafe(_resolve, call.future, result, None)
+                try:  # results that cannot be assembled fail their own call, not the engine
+                    result, error = call.collect(call.results), None
+                except Exception as exc:
+                    result, error = None, exc
+                call.loop.call_soon_threadsafe(_resolve, call.future, result, error)
 
     def _cancel(self, call_id: int) -> None:
         """Forget a cancelled call (outputs of its batches in flight are discarded) and drop its queued requests."""

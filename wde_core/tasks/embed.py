@@ -26,6 +26,8 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
     check_outputs(names, getattr(engine.output_processor, "outputs", (DENSE,)), engine.pipeline.model.name)
     if isinstance(truncate, str) and truncate not in ("chunk", "late"):
         raise ValueError(f"truncate={truncate!r}: expected True, False, 'chunk', 'late' or None")
+    if truncate == "late":
+        check_pools_hidden_states(engine, truncate)
     if truncate == "late" or chunks is not None or late_overlap is not None:
         if truncate != "late" or output != DENSE:
             raise ValueError(f"chunks and late_overlap serve truncate='late' with output='dense' only; got "
@@ -37,11 +39,21 @@ def encode(engine, texts: str | Sequence[str], *, normalize: bool | None = None,
     requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
     single = isinstance(texts, str) or as_image_input(texts) is not None
     if policy == "chunk":
+        check_pools_hidden_states(engine, policy)
         if names != (DENSE,):
             raise ValueError(f"truncate='chunk' serves output='dense' only, not {output!r}")
         return chunked_call(engine, requests, output, single=single)
     engine.tokenizer.tokenize(requests, truncate=policy)
     return Call(requests, lambda results: collect_embeddings(results, output, single=single))
+
+
+def check_pools_hidden_states(engine, truncate: str) -> None:
+    """Refuse ``truncate='chunk'``/``'late'`` (means of vectors, of token states) for a model whose output processor
+    assembles outputs of its own (bge-m3, SPLADE), before any work."""
+    outputs = tuple(getattr(engine.output_processor, "outputs", (DENSE,)))
+    if outputs != (DENSE,):
+        raise ValueError(f"truncate={truncate!r} averages dense vectors: model {engine.pipeline.model.name!r} has "
+                         f"outputs {', '.join(outputs)} of its own; pass truncate=True or False")
 
 
 def embed_tokens(engine, texts: str | Sequence[str], *, normalize: bool = False, prompt: str | None = None,

@@ -81,7 +81,7 @@ def check_arguments(aggregation: Any, stride: Any, ignore_labels: Any, truncate:
     if ignore_labels is not None:
         if aggregation is None:
             raise ValueError("ignore_labels applies to an aggregation; aggregation=None returns every token")
-        if isinstance(ignore_labels, str) or not all(isinstance(label, str) for label in ignore_labels):
+        if not isinstance(ignore_labels, (list, tuple)) or not all(isinstance(label, str) for label in ignore_labels):
             raise TypeError(f"ignore_labels: expected a list of str, got {ignore_labels!r}")
 
 
@@ -127,6 +127,7 @@ def finish(tokenizer, labels: dict[int, str], text: str, windows: list[Window], 
 
     postprocessor = TokenClassificationPipeline.__new__(TokenClassificationPipeline)
     postprocessor.tokenizer, postprocessor.model = tokenizer, SimpleNamespace(config=SimpleNamespace(id2label=labels))
+    postprocessor.framework = "pt"  # transformers 4.x's postprocess reads it (5.x has torch only)
     outputs = [{"logits": torch.from_numpy(w.logits)[None], "input_ids": torch.tensor([w.token_ids]),
                 "offset_mapping": torch.tensor([w.offsets]), "special_tokens_mask": torch.tensor([w.special]),
                 "sentence": text, "word_ids": None} for w in windows]

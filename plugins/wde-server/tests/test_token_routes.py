@@ -72,6 +72,7 @@ def test_token_classification_gives_the_pipelines_entities(server, reference, st
     answer = post(server, "/token_classification", {"inputs": TEXTS,
                                                     "parameters": {"aggregation_strategy": strategy}})
     assert answer.status_code == 200, answer.text
+    assert len(answer.json()) == len(TEXTS)
     for ours, theirs in zip(answer.json(), ner(TEXTS, aggregation_strategy=strategy)):
         assert_same_entities(ours, theirs)
 

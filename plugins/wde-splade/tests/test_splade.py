@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import save_router, save_splade
+from splade_models import mlm_dir, splade_dir, router_dir, save_router, save_splade  # noqa: F401 (fixtures)
 from wde_core import Engine
 
 TOL = 1e-4
@@ -125,3 +125,14 @@ def test_plain_mlm_stays_an_encoder_and_unknown_sparse_modules_are_refused(mlm_d
     (directory / "modules.json").write_text(modules)
     with pytest.raises(ValueError, match="unsupported sentence-transformers modules: .*SparseAutoEncoder"):
         Engine(str(directory), device="cpu")
+
+
+@pytest.mark.parametrize("truncate", ["chunk", "late"])
+def test_chunked_and_late_chunked_inputs_are_refused_before_any_work(splade_dir, truncate):
+    """Both average dense vectors (of chunks, of token states): a SPLADE model's outputs are its own."""
+    engine = Engine(str(splade_dir), device="cpu")
+    ran = []
+    engine.batch_listeners.append(ran.append)
+    with pytest.raises(ValueError, match=f"truncate='{truncate}' averages dense vectors: .* outputs sparse"):
+        engine.encode(["a text " * 200], truncate=truncate)
+    assert ran == []

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from test_splade import TEXTS, TOL, reference
 from wde_core.cli.main import cli
+from splade_models import mlm_dir, splade_dir, router_dir  # noqa: F401 (fixtures)
 
 IDS = [f"doc-{i}" for i in range(len(TEXTS))]
 

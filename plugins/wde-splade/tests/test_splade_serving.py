@@ -12,6 +12,7 @@ import pytest
 
 from test_splade import TEXTS, TOL, reference
 from wde_plugin_kit.serve import ServeProcess
+from splade_models import mlm_dir, splade_dir, router_dir  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")

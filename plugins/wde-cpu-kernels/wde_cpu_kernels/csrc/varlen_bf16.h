@@ -66,7 +66,7 @@ inline void pack(const Head& h, Scratch& sc, int D, int last, int width) {
 
 
 // The AMX path of varlen_attention_bf16 (varlen_attention_amx.cpp): whether this CPU and OS allow AMX tiles, and
-// query rows [row0, row1) of one head of a sequence of L tokens (head_dim a multiple of 32, at most 128).
+// query rows [row0, row1) of one head of a sequence of L tokens (head_dim a multiple of 32).
 bool amx_ready();
 void attend_rows_amx(const Head& h, int L, int D, int row0, int row1, bool causal, int window, float scale,
                      Scratch& sc);

@@ -29,7 +29,7 @@ async def pooling(body: PoolingRequest, request: Request):
     truncate = truncation_of(body.truncate_prompt_tokens, served, request)
     timing = Timing()
     records = await run(served, lambda: served.sync.prepare("classify_tokens", texts, truncate=truncate), timing,
-                        request=request)
+                        request=request, floats_per_token=max(1, len(served.id2label)))  # --max-output-floats
     data = [PoolingData(index=i, data=per_token(r["logits"], body.use_activation).tolist())
             for i, r in enumerate(records)]
     return answer(request, {"id": f"pool-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),

@@ -1,4 +1,6 @@
-"""Tiny random SPLADE directories saved by sentence-transformers' ``SparseEncoder`` (no hub)."""
+"""Tiny random SPLADE directories saved by sentence-transformers' ``SparseEncoder`` (no hub), and their fixtures,
+imported by each test module (a ``conftest.py`` here would shadow the repository's root ``conftest`` module that
+other plugins' tests import from)."""
 
 from __future__ import annotations
 
