@@ -128,3 +128,25 @@ def test_bf16_logits_within_the_measured_bound(case):
     print(f"bf16 logits: max abs difference {ours_error:.3f} from fp32 HF (HF bf16: {hf_error:.3f}; largest {largest:.2f})")
     assert records[0]["logits"].dtype == np.float32 and 0 < ours_error <= BF16_OF_LARGEST_LOGIT * largest
     assert ours_error <= BF16_OF_HF_BF16 * hf_error
+
+
+def test_roberta_token_classifier_matches_hf_and_the_pipeline(tmp_path):
+    """``RobertaForTokenClassification``, registered beside XLM-R's: logits and entities as HF's model and pipeline."""
+    from transformers import RobertaConfig, RobertaForTokenClassification
+
+    config = RobertaConfig(initializer_range=0.3, id2label=dict(enumerate(LABELS)), type_vocab_size=1,
+                           label2id={label: i for i, label in enumerate(LABELS)}, pad_token_id=1, bos_token_id=0,
+                           eos_token_id=2, **CONFIGS["small"])
+    config.architectures = ["RobertaForTokenClassification"]
+    directory = save_random_model(tmp_path / "roberta", config, model_class=RobertaForTokenClassification, seed=5,
+                                  tokenizer="bpe")
+    engine = Engine(str(directory), device="cpu")
+    reference = RobertaForTokenClassification.from_pretrained(directory, attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory, model_max_length=engine.pipeline.settings.max_model_len)
+    ner = pipeline("token-classification", model=reference, tokenizer=tokenizer)
+    records = engine.classify_tokens(TEXTS)
+    for record, logits in zip(records, reference_logits(reference, ner.tokenizer, TEXTS), strict=True):
+        assert np.abs(record["logits"] - logits).max() <= TOL
+    for strategy in ("simple", "max"):
+        assert_same_entities(engine.classify_tokens(TEXTS, aggregation=strategy),
+                             ner(TEXTS, aggregation_strategy=strategy))
