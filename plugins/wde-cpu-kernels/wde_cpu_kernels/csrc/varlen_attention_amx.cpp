@@ -74,10 +74,8 @@ void block_scores(Scratch& sc, int width, int D, int j0, int jend) {
 // The block's fp32 exps as bf16 probabilities over [0, n), zero on [n, padded) (whole chunks of PAIR_KEYS).
 void block_probabilities(Scratch& sc, int width, int n, int padded) {
   for (int r = 0; r < TILE_ROWS; ++r) {
-    const float* e = sc.s.data() + r * width;
     uint16_t* p = sc.p.data() + r * width;
-    for (int j = 0; j < n; j += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), bits(_mm512_cvtneps_pbh(_mm512_loadu_ps(e + j))));
+    round_row(sc.s.data() + r * width, p, n);
     std::fill(p + n, p + padded, uint16_t{0});
   }
 }

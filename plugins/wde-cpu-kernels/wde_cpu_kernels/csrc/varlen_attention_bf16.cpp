@@ -61,10 +61,7 @@ struct Bf16 {
   }
 
   static void probabilities(Scratch& sc, int r, int width, int n) {
-    const float* e = sc.s.data() + r * width;
-    uint16_t* p = sc.p.data() + r * width;
-    for (int j = 0; j < n; j += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), bits(_mm512_cvtneps_pbh(_mm512_loadu_ps(e + j))));
+    round_row(sc.s.data() + r * width, sc.p.data() + r * width, n);
   }
 
   template <int NC>

@@ -35,6 +35,12 @@ inline __m256i bits(__m256bh x) {  // 16 bf16 as plain 256 bits, for storing
   return y;
 }
 
+// A row's fp32 exps e[0, n) rounded to bf16 probabilities in p (n a multiple of 16), as a bf16 matrix product takes them.
+inline void round_row(const float* e, uint16_t* p, int n) {
+  for (int j = 0; j < n; j += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), bits(_mm512_cvtneps_pbh(_mm512_loadu_ps(e + j))));
+}
+
 // Packs keys [0, last) as (d, d + 1) pairs per key (kt, zero past `last`) and values as (row j, row j + 1) pairs per
 // head dim (vp, zero past `last`: the AMX path reads whole chunks of 32 keys).
 inline void pack(const Head& h, Scratch& sc, int D, int last, int width) {

@@ -15,7 +15,7 @@ from wde_server.calls import Timing, run
 from wde_server.errors import ApiError
 from wde_server.routes.common import answer, as_list, check_batch, model_for
 from wde_server.schemas.openai import Usage
-from wde_server.schemas.tokens import PoolingData, PoolingRequest, TokenClassificationRequest, entity_json
+from wde_server.schemas.tokens import PoolingData, PoolingRequest, TokenClassificationRequest
 
 router = APIRouter(tags=["token classification"])
 
@@ -71,5 +71,5 @@ async def token_classification(body: TokenClassificationRequest, request: Reques
         "classify_tokens", texts, aggregation=options.aggregation_strategy, stride=options.stride,
         ignore_labels=options.ignore_labels, truncate=None if options.stride is not None else truncate),
         timing, request=request)
-    out = [[entity_json(e) for e in entities] for entities in grouped]
-    return answer(request, out[0] if isinstance(body.inputs, str) else out, timing, served)
+    # classify_tokens gives the entities with Python numbers already
+    return answer(request, grouped[0] if isinstance(body.inputs, str) else grouped, timing, served)

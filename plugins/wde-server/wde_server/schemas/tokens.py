@@ -4,7 +4,7 @@ logits) and the Hugging Face Inference API's token-classification payload on ``/
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -51,7 +51,3 @@ class TokenClassificationRequest(Strict):
     parameters: TokenClassificationParameters = Field(default_factory=TokenClassificationParameters)
     truncate: bool | None = None
 
-
-def entity_json(entity: dict[str, Any]) -> dict[str, Any]:
-    """An entity of transformers' pipeline as JSON: numpy scalars as Python numbers."""
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in entity.items()}
