@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import AutoTokenizer, BertConfig, BertForTokenClassification, pipeline
+from transformers import AutoTokenizer, BertForTokenClassification, pipeline
 
 from wde_core.cli.main import cli
-from wde_plugin_kit import save_random_model
+from wde_plugin_kit.token_classification import save_tiny_ner
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 TEXTS = ["My name is Sarah and I live in London.", "The quick brown foxes jumped over the lazy dogs!"]
@@ -23,11 +23,7 @@ LONG = "People ask questions; the system finds documents that answer them. " * 4
 @pytest.fixture(scope="module")
 def ner_dir(tmp_path_factory):
     """A random ``BertForTokenClassification`` (weights of std 0.3) with the kit's WordPiece, 32 positions."""
-    config = BertConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64,
-                        max_position_embeddings=32, initializer_range=0.3, id2label=dict(enumerate(LABELS)),
-                        label2id={label: i for i, label in enumerate(LABELS)})
-    config.architectures = ["BertForTokenClassification"]
-    return save_random_model(tmp_path_factory.mktemp("ner"), config, model_class=BertForTokenClassification, seed=3)
+    return save_tiny_ner(tmp_path_factory.mktemp("ner"), LABELS, max_positions=32, seed=3)
 
 
 @pytest.fixture(scope="module")

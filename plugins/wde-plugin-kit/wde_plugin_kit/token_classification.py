@@ -36,6 +36,19 @@ def label_maps(labels: Sequence[str] = LABELS) -> dict[str, dict]:
     return {"id2label": dict(enumerate(labels)), "label2id": {label: i for i, label in enumerate(labels)}}
 
 
+def save_tiny_ner(directory, labels: Sequence[str], *, max_positions: int = 40, seed: int = 2):
+    """A tiny random ``BertForTokenClassification`` (2 layers of 32, weights of std 0.3 so labels spread) with the
+    kit's WordPiece, saved to ``directory``."""
+    from transformers import BertConfig, BertForTokenClassification
+
+    from wde_plugin_kit.models import save_random_model
+
+    config = BertConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64,
+                        max_position_embeddings=max_positions, initializer_range=0.3, **label_maps(labels))
+    config.architectures = ["BertForTokenClassification"]
+    return save_random_model(directory, config, model_class=BertForTokenClassification, seed=seed)
+
+
 def token_classifier_case(directory, model_class) -> TokenClassifierCase:
     """The engine, HF's model and the pipeline over ``directory`` (the pipeline tokenizer's ``model_max_length``,
     which sets its windows, is the engine's ``max_model_len``)."""
