@@ -52,7 +52,8 @@ def gemma_dir(tmp_path_factory) -> Path:
     shutil.rmtree(causal_lm)
     del body
     gc.collect()
-    return out
+    yield out
+    shutil.rmtree(out)  # fp32 weights: CI's disk is shared with the sessions after this one
 
 
 def _set_bidirectional(directory: Path, bidirectional: bool) -> None:

