@@ -317,6 +317,33 @@ def save_random_reranker(directory: Path, *, tied: bool, seed: int = 0, family: 
     return directory
 
 
+# --- SPLADE (wde-splade's and wde-ray's tests) ----------------------------------------------------------------
+SPLADE_MLM = dict(vocab_size=1, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64,
+                  max_position_embeddings=64)  # vocab_size: the tokenizer's (save_random_model keeps the larger)
+
+
+def save_mlm(directory, seed=1):
+    """A random ``BertForMaskedLM`` with a tiny WordPiece tokenizer; its vocabulary is the tokenizer's."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from wde_plugin_kit import save_random_model
+
+    config = BertConfig(**SPLADE_MLM)
+    config.architectures = ["BertForMaskedLM"]
+    return save_random_model(directory, config, model_class=BertForMaskedLM, seed=seed)
+
+
+def save_splade(directory, mlm, pooling="max", activation="relu", max_active_dims=None):
+    """``SparseEncoder([MLMTransformer, SpladePooling])`` saved to ``directory``."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    model = SparseEncoder(modules=[MLMTransformer(str(mlm)), SpladePooling(pooling, activation)],
+                          max_active_dims=max_active_dims)
+    model.save(str(directory))
+    return directory
+
+
 # --- real GGUF weights (the slow tier) -----------------------------------------------------------------------
 GGUF_TO_HF = SHARED / "tools" / "gguf_to_hf.py"
 

@@ -86,7 +86,7 @@ RAY = ["./plugins/wde-ray", "psutil"]
 @nox.session
 def ray(session: nox.Session) -> None:
     """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
-    install(session, *RAY, "pytest", "httpx")
+    install(session, *RAY, "pytest", "httpx", "sentence-transformers")  # it saves the SPLADE model the tests run
     session.run("pytest", "-m", "ray", "plugins/wde-ray/tests/test_ray.py", "--durations=10", *session.posargs)
 
 
@@ -107,10 +107,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(name="bench-rerank")
 def bench_rerank(session: nox.Session) -> None:
-    """wde's reranker against sentence-transformers' CrossEncoder on 1,000 wiki pairs (2 threads, fp32)."""
+    """wde's rerankers against sentence-transformers' CrossEncoder (2 threads, fp32): a cross-encoder on 1,000 wiki
+    pairs (bench_rerank.py), then an LLM reranker with a ~200-token instruction + query before 100 short documents,
+    prefix shared and not (bench_llm_rerank.py). ``-- cross ARGS`` or ``-- llm ARGS`` runs one with its arguments."""
     install(session, "sentence-transformers")
     session.chdir("benchmarks")
-    session.run("python", "bench_rerank.py", *session.posargs)
+    which, args = (session.posargs[0], session.posargs[1:]) if session.posargs else ("both", [])
+    if which in ("cross", "both"):
+        session.run("python", "bench_rerank.py", *args)
+    if which in ("llm", "both"):
+        session.run("python", "bench_llm_rerank.py", *args)
 
 
 @nox.session(name="bench-families")

@@ -35,7 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # the other families' token classifiers live in their plugins. A review's fixes (8 lines) raised it to 3,065: an
 # AsyncEngine call whose results cannot be assembled fails alone instead of hanging, and truncate='chunk'/'late'
 # are refused before any work for models whose outputs are their own (bge-m3, SPLADE).
-CODE_LINE_BUDGET = 3065
+# Issue 27 asked for shared-prefix reranking inside the attention backends: the requests' shared-prefix key, the
+# plan of which requests share how many tokens, the builder packing each prefix once, the scheduler counting it
+# once, the backends' keys of their own per sequence (SharedKeys; eager, SDPA's padded path, flash's cu_seqlens_k)
+# (137 lines) raised it to 3,202; the rerankers' marking lives in wde-qwen2-bidir, the kernel's in wde-cpu-kernels.
+CODE_LINE_BUDGET = 3202
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

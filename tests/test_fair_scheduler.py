@@ -16,14 +16,19 @@ import pytest
 
 from conftest import wiki_paragraphs
 from wde_core import AsyncEngine, Engine
+from wde_core.attention.sdpa import SdpaAttention
 from wde_core.runtime.request import Request
 from wde_core.stages.scheduler import CALL_QUANTUM, TENANT_QUANTUM, TokenBudgetScheduler
 from wde_core.tasks import Call
 
 
-def scheduler(max_tokens: int, max_seqs: int = 256) -> TokenBudgetScheduler:
+def scheduler(max_tokens: int, max_seqs: int = 256, *, causal: bool = False) -> TokenBudgetScheduler:
+    """A scheduler for a pipeline with an SDPA backend (shared prefixes count once where ``causal``)."""
+    backend = SimpleNamespace(load=lambda: SdpaAttention)
     return TokenBudgetScheduler(SimpleNamespace(args=SimpleNamespace(max_num_batched_tokens=max_tokens,
-                                                                     max_num_seqs=max_seqs)))
+                                                                     max_num_seqs=max_seqs),
+                                                settings=SimpleNamespace(causal=causal, pooling="last"),
+                                                components={"attention_backend": backend}))
 
 
 def requests(lengths, *, call_id=None, tenant=None) -> list[Request]:
@@ -274,3 +279,27 @@ def test_a_call_cancelled_before_its_prepare_starts_never_runs_it(tiny_st_bert_d
     outcome, ran, result, cancelled = asyncio.run(scenario())
     assert isinstance(outcome, asyncio.CancelledError) and ran == [] and cancelled == 0
     assert result.shape == (2, 64)
+
+
+def shared_requests(prefix: int, own: list[int], key: str = "q", *, call_id=None) -> list[Request]:
+    """Requests of one shared-prefix group: ``prefix`` common tokens, then ``own[i]`` tokens of their own."""
+    return [Request(i, (key, str(i)), token_ids=list(range(prefix)) + [1000 + i] * n, call_id=call_id,
+                    shared_prefix=key) for i, n in enumerate(own)]
+
+
+def test_a_shared_prefix_counts_once_against_the_token_budget():
+    group = shared_requests(80, [20] * 10)  # 100 tokens each; packed: 80 + 10 * 20 = 280
+    s = scheduler(300, causal=True)
+    s.add(group)
+    assert [len(b) for b in drain(s)] == [10]
+    s = scheduler(300)  # a bidirectional model shares nothing: 3 requests a batch
+    s.add(shared_requests(80, [20] * 10))
+    assert [len(b) for b in drain(s)] == [3, 3, 3, 1]
+
+
+def test_the_budget_follows_the_prefix_all_members_share():
+    s = scheduler(200, causal=True)
+    diverging = shared_requests(80, [20] * 3) + [Request(3, ("q", "3"), token_ids=list(range(30)) + [7] * 70,
+                                                         shared_prefix="q")]
+    s.add(diverging)  # with the last one the group shares 30 tokens: 100 + 70 + 70 + 70 > 200
+    assert [len(b) for b in drain(s)] == [3, 1]

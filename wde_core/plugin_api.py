@@ -26,7 +26,7 @@ _MODULES = {
     "wde_core.stages.worker": ("ModelWorker", "worker_factory"),
     "wde_core.stages.output": ("EmbeddingOutputProcessor", "split_tokens"),
     "wde_core.runtime.outputs": ("finish_vectors", "collect_embeddings"),
-    "wde_core.attention.base": ("AttentionMetadata", "expand_kv_heads"),
+    "wde_core.attention.base": ("AttentionMetadata", "SharedKeys", "aligned_mask", "expand_kv_heads"),
     "wde_core.attention.sdpa": ("SdpaAttention", "SdpaMetadata"),
     "wde_core.modeling.layers": ("Linear", "RMSNorm"),
     "wde_core.modeling.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),

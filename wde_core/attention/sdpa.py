@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from wde_core.attention.base import AttentionMetadata, expand_kv_heads, position_mask
+from wde_core.attention.base import AttentionMetadata, SharedKeys, expand_kv_heads, position_mask
 from wde_core.attention.blocks import Block, plan_blocks
 
 BMM_MAX_LEN = 160  # longer bf16 blocks use flash SDPA (the bmm path was erratic above this length here)
@@ -18,22 +18,30 @@ BMM_MAX_LEN = 160  # longer bf16 blocks use flash SDPA (the bmm path was erratic
 
 @dataclass
 class SdpaMetadata(AttentionMetadata):
-    """Adds where each token sits in the padded block, and the mask (``None`` when not needed)."""
+    """Adds where each token sits in the padded block, and the mask (``None`` when not needed); with shared
+    prefixes, where each gathered key sits and each query's distance to each key (query position - key position)."""
 
     pad_index: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     blocks: list[Block] | None = None
+    key_pad_index: torch.Tensor | None = None
+    distance: torch.Tensor | None = None
 
 
 class SdpaAttention:
     """One fused SDPA call per layer for the whole batch."""
 
+    supports_shared_prefix = True
+
     def __init__(self, pipeline=None) -> None:
         self.blocked = pipeline is None or getattr(pipeline, "device", torch.device("cpu")).type == "cpu"
 
-    def build_metadata(self, seq_lens: list[int], cu_seqlens: torch.Tensor, causal: bool) -> SdpaMetadata:
+    def build_metadata(self, seq_lens: list[int], cu_seqlens: torch.Tensor, causal: bool,
+                       shared: SharedKeys | None = None) -> SdpaMetadata:
         """Precompute the scatter index and mask once per batch."""
-        meta = SdpaMetadata(seq_lens, cu_seqlens, max(seq_lens), causal)
+        meta = SdpaMetadata(seq_lens, cu_seqlens, max(seq_lens), causal, shared)
+        if shared is not None:
+            return _plan_shared(meta, shared)
         batch, longest = len(seq_lens), meta.max_seqlen
         if batch == 1 or min(seq_lens) == longest:
             return meta
@@ -55,6 +63,8 @@ class SdpaAttention:
                 window: int | None = None) -> torch.Tensor:
         """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
         gqa = k.shape[1] != q.shape[1]
+        if metadata.shared is not None:
+            return _shared_forward(q, k, v, metadata, scale, window, gqa)
         if metadata.blocks is not None:
             return self._blocked(q, k, v, metadata, scale, gqa, window)
         batch, longest = len(metadata.seq_lens), metadata.max_seqlen
@@ -83,10 +93,47 @@ class SdpaAttention:
 
     @staticmethod
     def _pad(x: torch.Tensor, metadata: SdpaMetadata) -> torch.Tensor:
-        batch, longest = len(metadata.seq_lens), metadata.max_seqlen
-        padded = x.new_zeros(batch * longest, x.shape[1], x.shape[2])
-        padded.index_copy_(0, metadata.pad_index, x)
-        return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
+        return _pad_rows(x, metadata.pad_index, len(metadata.seq_lens), metadata.max_seqlen)
+
+
+def _pad_index(lens: list[int], longest: int) -> torch.Tensor:
+    """Where each packed row goes in a ``[len(lens) * longest]`` padded block."""
+    lengths = torch.tensor(lens)
+    seq_of_row = torch.repeat_interleave(torch.arange(len(lens)), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    return seq_of_row * longest + torch.arange(int(lengths.sum())) - starts[seq_of_row]
+
+
+def _plan_shared(meta: SdpaMetadata, keys: SharedKeys) -> SdpaMetadata:
+    """Padded blocks of queries and of their gathered keys, and each query's distance to each key (queries
+    aligned to the last keys); the mask is made from it in every forward, where the window is known."""
+    q_lens, k_lens = torch.tensor(meta.seq_lens), torch.tensor(keys.seq_lens_k)
+    meta.pad_index = _pad_index(meta.seq_lens, meta.max_seqlen)
+    meta.key_pad_index = _pad_index(keys.seq_lens_k, keys.max_seqlen_k)
+    query_pos = torch.arange(meta.max_seqlen)[None, :] + (k_lens - q_lens)[:, None]
+    distance = query_pos[:, :, None] - torch.arange(keys.max_seqlen_k)[None, None, :]
+    meta.distance = distance.masked_fill(torch.arange(keys.max_seqlen_k) >= k_lens[:, None, None], -(1 << 30))
+    meta.mask = (meta.distance >= 0 if meta.causal else meta.distance > -(1 << 30))[:, None]
+    return meta
+
+
+def _shared_forward(q, k, v, meta: SdpaMetadata, scale, window: int | None, gqa: bool) -> torch.Tensor:
+    """Attention of sequences some of whose keys are a prefix held in another sequence's rows."""
+    keys, batch = meta.shared, len(meta.seq_lens)
+    qb = _pad_rows(q, meta.pad_index, batch, meta.max_seqlen)
+    kb, vb = (_pad_rows(keys.gather(x), meta.key_pad_index, batch, keys.max_seqlen_k) for x in (k, v))
+    mask = meta.mask.to(q.device)
+    if window is not None:
+        mask = mask & (meta.distance.abs() <= window)[:, None].to(q.device)
+    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return out.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2]).index_select(0, meta.pad_index.to(q.device))
+
+
+def _pad_rows(x: torch.Tensor, index: torch.Tensor, batch: int, longest: int) -> torch.Tensor:
+    """Packed rows ``[T, heads, D]`` scattered to a zero-padded ``[batch, heads, longest, D]`` block."""
+    padded = x.new_zeros(batch * longest, x.shape[1], x.shape[2])
+    padded.index_copy_(0, index.to(x.device), x)
+    return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
 
 
 def _attend(q, k, v, mask, causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:

@@ -66,6 +66,8 @@ class Request:
     call_id: int | None = None
     tenant: str | None = None  # who sent it (e.g. an API key's name): the scheduler takes turns between tenants
     scheduled_at: float | None = None  # time.perf_counter() when its batch was formed
+    shared_prefix: str | None = None  # requests with the same key begin with the same text: a causal model's
+    # batch may hold their common leading tokens once (wde_core.stages.shared_prefix)
 
     @property
     def num_tokens(self) -> int:

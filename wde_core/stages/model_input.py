@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from wde_core.runtime.request import Request
+from wde_core.stages.shared_prefix import plan_shared_prefixes, shared_keys, shares_prefixes
 
 
 @dataclass
@@ -52,29 +53,37 @@ def move_to(obj: Any, device: torch.device | str, *, non_blocking: bool = True) 
 
 
 class FlatBatchBuilder:
-    """Concatenates the requests' tokens; linear layers never see padding."""
+    """Concatenates the requests' tokens; linear layers never see padding. Requests marked with the same
+    ``shared_prefix`` hold their common leading tokens once (:mod:`wde_core.stages.shared_prefix`) where the
+    model is causal, pools the last token and the attention backend ``supports_shared_prefix``."""
 
     def __init__(self, pipeline, attention_backend) -> None:
         self.attention = attention_backend
         self.causal = pipeline.settings.causal
         self.position_offset = pipeline.settings.position_offset
+        self.may_share = shares_prefixes(pipeline) and getattr(attention_backend, "supports_shared_prefix", False)
 
     def build(self, requests: list[Request]) -> ModelInput:
         """Pack ``requests`` into one :class:`ModelInput` on the CPU."""
-        seq_lens = [r.num_tokens for r in requests]
+        outputs = frozenset(name for r in requests for name in getattr(r.options, "output", ("dense",)))
+        plan = plan_shared_prefixes(requests) if self.may_share and "tokens" not in outputs else None
+        skipped = [0] * len(requests) if plan is None else [n for _, n in plan]
+        seq_lens = [r.num_tokens - n for r, n in zip(requests, skipped)]
         lens = torch.tensor(seq_lens, dtype=torch.int64)
         cu_seqlens = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
         torch.cumsum(lens, 0, out=cu_seqlens[1:])
         total = int(cu_seqlens[-1])
-        starts = torch.repeat_interleave(cu_seqlens[:-1].long(), lens)
+        starts = torch.repeat_interleave(cu_seqlens[:-1].long() - torch.tensor(skipped), lens)
         positions = torch.arange(total) - starts + self.position_offset
-        input_ids = torch.tensor([t for r in requests for t in r.token_ids], dtype=torch.int64)
+        input_ids = torch.tensor([t for r, n in zip(requests, skipped) for t in r.token_ids[n:]], dtype=torch.int64)
         token_types = None
         if requests[0].token_type_ids is not None:
-            token_types = torch.tensor([t for r in requests for t in r.token_type_ids], dtype=torch.int64)
-        prompt_lens = torch.tensor([r.prompt_len for r in requests], dtype=torch.int64)
-        outputs = frozenset(name for r in requests for name in getattr(r.options, "output", ("dense",)))
+            token_types = torch.tensor([t for r, n in zip(requests, skipped) for t in r.token_type_ids[n:]],
+                                       dtype=torch.int64)
+        prompt_lens = torch.tensor([max(r.prompt_len - n, 0) for r, n in zip(requests, skipped)], dtype=torch.int64)
+        shared = {} if plan is None else {"shared": shared_keys(plan, cu_seqlens.tolist())}
         return ModelInput(input_ids, positions, token_types, cu_seqlens, max(seq_lens), seq_lens,
                           pool_start=cu_seqlens[:-1].long() + prompt_lens,
-                          attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal),
+                          attn_metadata=self.attention.build_metadata(seq_lens, cu_seqlens, causal=self.causal,
+                                                                      **shared),
                           outputs=outputs)

@@ -6,6 +6,7 @@ from collections import deque
 from typing import Any, Callable, Iterable
 
 from wde_core.runtime.request import Request
+from wde_core.stages.shared_prefix import BatchTokens, shares_prefixes
 
 TENANT_QUANTUM, CALL_QUANTUM = 512, 128  # tokens a tenant, and a call within it, take in one turn
 
@@ -62,6 +63,7 @@ class TokenBudgetScheduler:
     def __init__(self, pipeline) -> None:
         self.max_tokens = pipeline.args.max_num_batched_tokens
         self.max_seqs = pipeline.args.max_num_seqs
+        self.counts_shared = shares_prefixes(pipeline)  # a shared prefix counts once against the budget
         self.tenants = _Turns(TENANT_QUANTUM)
 
     def add(self, requests: Iterable[Request]) -> None:
@@ -87,14 +89,14 @@ class TokenBudgetScheduler:
     def schedule(self) -> list[Request]:
         """Pop the next batch (empty when nothing waits)."""
         batch: list[Request] = []
-        tokens = 0
+        tokens = BatchTokens(self.counts_shared)
         while self.tenants.order and len(batch) < self.max_seqs:
             calls = self.tenants.queues[self.tenants.order[0]]  # the tenant whose turn it is
             requests = calls.queues[calls.order[0]]  # its call whose turn it is
-            if batch and tokens + requests[0].num_tokens > self.max_tokens:
+            if batch and tokens.with_request(requests[0])[0] > self.max_tokens:
                 break
             batch.append(requests.popleft())
-            tokens += batch[-1].num_tokens
+            tokens.add(batch[-1])
             calls.took(batch[-1].num_tokens, empty=not requests)
             self.tenants.took(batch[-1].num_tokens, empty=not calls.order)
         batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata
+from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys
 
 LOAD_ERRORS: list[str] = []  # why the compiled module did not load, once it has failed
 logger = logging.getLogger(__name__)
@@ -68,15 +68,18 @@ def bf16_products() -> str:
     return "AMX tiles" if kernel is not None and kernel.amx_available() else "AVX512-BF16"
 
 
-def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None):
+def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None,
+                     cu_seqlens_k: list[int] = ()):
     """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
-    arithmetic; other dtypes are widened and the output narrowed back)."""
+    arithmetic; other dtypes are widened and the output narrowed back). ``cu_seqlens_k``: each sequence's keys
+    when they are not its own rows (``SharedKeys.gather``), its queries aligned to its last keys."""
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
-    kernel, reach = varlen_kernel(), -1 if window is None else window
+    kernel, reach, cu_k = varlen_kernel(), -1 if window is None else window, list(cu_seqlens_k)
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
         if q.dtype == torch.bfloat16 and has_avx512_bf16():
-            return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha)
-        return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha).to(q.dtype)
+            return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha, cu_seqlens_k=cu_k)
+        return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha,
+                                       cu_seqlens_k=cu_k).to(q.dtype)
 
 
 @dataclass
@@ -86,6 +89,7 @@ class NativeMetadata(AttentionMetadata):
 
     cu_list: list[int] = field(default_factory=list)
     fallback: SdpaMetadata | None = None
+    cu_k_list: list[int] = field(default_factory=list)
 
 
 class NativeCpuAttention(SdpaAttention):
@@ -99,15 +103,20 @@ class NativeCpuAttention(SdpaAttention):
             raise RuntimeError(f"attention backend 'cpu_varlen' is unavailable: {unavailable_reason()}")
         super().__init__(pipeline)
 
-    def build_metadata(self, seq_lens: list[int], cu_seqlens: torch.Tensor, causal: bool) -> NativeMetadata:
-        """Sequence boundaries only: the kernel needs no padding plan."""
-        return NativeMetadata(seq_lens, cu_seqlens, max(seq_lens), causal, cu_list=cu_seqlens.tolist())
+    def build_metadata(self, seq_lens: list[int], cu_seqlens: torch.Tensor, causal: bool,
+                       shared: SharedKeys | None = None) -> NativeMetadata:
+        """Sequence boundaries only (and the shared prefixes' key boundaries): the kernel needs no padding plan."""
+        return NativeMetadata(seq_lens, cu_seqlens, max(seq_lens), causal, shared, cu_list=cu_seqlens.tolist(),
+                              cu_k_list=[] if shared is None else shared.cu_seqlens_k.tolist())
 
     def forward(self, q, k, v, metadata: NativeMetadata, scale: float | None = None,
                 window: int | None = None) -> torch.Tensor:
         """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
         if q.shape[-1] % 16 == 0 and q.stride(-1) == 1:
-            return native_attention(q, k, v, metadata.cu_list, metadata.causal, window, scale)
+            if metadata.shared is not None:
+                k, v = metadata.shared.gather(k), metadata.shared.gather(v)
+            return native_attention(q, k, v, metadata.cu_list, metadata.causal, window, scale, metadata.cu_k_list)
         if metadata.fallback is None:
-            metadata.fallback = super().build_metadata(metadata.seq_lens, metadata.cu_seqlens, metadata.causal)
+            metadata.fallback = super().build_metadata(metadata.seq_lens, metadata.cu_seqlens, metadata.causal,
+                                                       metadata.shared)
         return super().forward(q, k, v, metadata.fallback, scale, window)

@@ -11,7 +11,7 @@ import torch
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_gemma.model import GemmaEmbedder
-from wde_qwen2_bidir.public import AnswerRows, names_of, require_answer_at_last_token
+from wde_qwen2_bidir.public import AnswerRows, mark_shared_prefixes, names_of, require_answer_at_last_token
 
 # FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
 PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
@@ -57,6 +57,7 @@ class BgeGemmaRerankTokenizer(HFTokenizer):
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
+        self.pipeline = pipeline
         tok = self.tokenizer
         self.bos = [tok.bos_token_id] if tok.bos_token_id is not None and tok.bos_token_id != tok.pad_token_id else []
         self.sep = self._ids(SEP)
@@ -81,6 +82,7 @@ class BgeGemmaRerankTokenizer(HFTokenizer):
             if truncate is False and request.num_tokens > self.max_len:
                 raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
+        mark_shared_prefixes(requests, self.pipeline)
 
     def _batch(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]

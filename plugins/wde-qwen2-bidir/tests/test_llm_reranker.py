@@ -108,3 +108,4 @@ def test_task_rerank_forces_it_and_inspect_shows_it(isolated_host, reranker_case
     assert (info["workflow"], info["task"]) == ("llm-rerank", "rerank")
     assert "LLM yes/no reranker ('qwen3-reranker'" in info["reasons"]["workflow"]
     assert "sigmoid(logit('yes') - logit('no'))" in info["reasons"]["activation"]
+    assert "common leading tokens once per batch" in info["reasons"]["shared_prefix"]

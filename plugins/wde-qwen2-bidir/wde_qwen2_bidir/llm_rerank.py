@@ -52,6 +52,8 @@ def require_answer_at_last_token(propose, answers: str) -> None:
     propose.require("causal", True, "an LLM reranker reads its prompt as the language model does")
     propose.require("pooling", "last", f"last token: the position where the model answers {answers}")
     propose.require("normalize", False, "a reranker's answer logits are scores, not vectors to normalize")
+    propose.notes["shared_prefix"] = ("pairs of one query hold their prompt's common leading tokens once per batch "
+                                      "(engine argument share_prefix=False: every pair whole)")
 
 
 def configure_rerank(propose, directory, args) -> None:

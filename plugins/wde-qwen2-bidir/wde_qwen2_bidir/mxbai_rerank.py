@@ -10,6 +10,7 @@ from __future__ import annotations
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_qwen2_bidir import prompts as p
 from wde_qwen2_bidir.llm_rerank import names_of, require_answer_at_last_token
+from wde_qwen2_bidir.rerank_stages import mark_shared_prefixes
 
 
 def is_mxbai_reranker(directory) -> str | None:
@@ -40,6 +41,7 @@ class MxbaiRerankTokenizer(HFTokenizer):
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
+        self.pipeline = pipeline
         self.instruction = getattr(pipeline.args, "instruction", None)
         self.sep = self._ids(p.MXBAI_SEP)
         self.prefix = self._ids(p.MXBAI_PREFIX)
@@ -64,6 +66,7 @@ class MxbaiRerankTokenizer(HFTokenizer):
             if truncate is False and request.num_tokens > self.max_len:
                 raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
+        mark_shared_prefixes(requests, self.pipeline)
 
     def _batch(self, texts: list[str]) -> list[list[int]]:
         return self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]

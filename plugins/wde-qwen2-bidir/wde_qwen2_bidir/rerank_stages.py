@@ -12,14 +12,26 @@ from wde_qwen2_bidir.prompts import QWEN3_RERANK_TASK, RERANK_PREFIX, RERANK_SUF
 
 @dataclass
 class LlmRerankEngineArgs(EngineArgs):
-    """The core's arguments plus ``instruction``, the task put into every pair's prompt."""
+    """The core's arguments plus ``instruction``, the task put into every pair's prompt, and ``share_prefix``:
+    pairs of one query in a batch compute their common leading tokens (instruction and query) once."""
 
     instruction: str | None = None
+    share_prefix: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.instruction is not None and not isinstance(self.instruction, str):
             raise ValueError(f"engine argument instruction={self.instruction!r}: expected a str or None")
+        if not isinstance(self.share_prefix, bool):
+            raise ValueError(f"engine argument share_prefix={self.share_prefix!r}: expected True or False")
+
+
+def mark_shared_prefixes(requests: list[Request], pipeline) -> None:
+    """Mark pairs of the same query as sharing their prompt's leading tokens (``Request.shared_prefix``) unless the
+    engine argument ``share_prefix=False``: the batch builder then holds those tokens once (causal models only)."""
+    if getattr(pipeline.args, "share_prefix", True):
+        for request in requests:
+            request.shared_prefix = request.text[0]
 
 
 class PairInputProcessor:
@@ -56,6 +68,7 @@ class Qwen3RerankTokenizer(HFTokenizer):
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
+        self.pipeline = pipeline
         self.instruction = getattr(pipeline.args, "instruction", None) or QWEN3_RERANK_TASK
         self.prefix = self.tokenizer(RERANK_PREFIX, add_special_tokens=False)["input_ids"]
         self.suffix = self.tokenizer(RERANK_SUFFIX, add_special_tokens=False)["input_ids"]
@@ -74,6 +87,7 @@ class Qwen3RerankTokenizer(HFTokenizer):
             if truncate is False and request.num_tokens > self.max_len:
                 raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
+        mark_shared_prefixes(requests, self.pipeline)
 
 
 class YesNoScoreOutputProcessor:

@@ -317,6 +317,25 @@ def test_options_and_bge_m3_outputs_pass_through(local_ray, rows, tmp_path):
             {int(k): v for k, v in sparse.items()}, abs=TOL)
 
 
+def test_embed_dataset_writes_splade_sparse_outputs(local_ray, rows, tmp_path):
+    from conftest import save_mlm, save_splade
+
+    model = str(save_splade(tmp_path / "splade", save_mlm(tmp_path / "mlm")))
+    items = [{"id": r["id"], "text": r["text"]} for r in rows[:24]]
+    write_jsonl(tmp_path / "in.jsonl", items)
+    result = run_cli(str(tmp_path / "in.jsonl"), str(tmp_path / "out"), "--model", model, "--output", "sparse",
+                     "--output-column", "terms")
+    assert result.exit_code == 0, result.output
+    out = pq.read_table(tmp_path / "out").to_pylist()
+    with Engine(model, num_threads=1) as engine:
+        expected = engine.encode([r["text"] for r in items], output="sparse")
+    assert [r["id"] for r in out] == [r["id"] for r in items]
+    for row, sparse in zip(out, expected):
+        got = {int(k): v for k, v in _sparse_items(row["terms"])}
+        assert set(got) == {int(k) for k in sparse} and len(got) > 3
+        assert got == pytest.approx({int(k): v for k, v in sparse.items()}, abs=TOL)
+
+
 def _sparse_items(value):
     """A sparse output as Ray returns it: a dict, or a list of (key, value) pairs (Arrow maps)."""
     return value.items() if isinstance(value, dict) else value

@@ -35,10 +35,14 @@ from wde_server.public import ServerOptions, check_names, server_options
 @click.option("--allow-empty", is_flag=True, help="Embed empty texts instead of refusing them.")
 @click.option("--dimensions", default=None, type=click.IntRange(min=1), help="Matryoshka truncation.")
 @click.option("--prompt-name", default=None, help="A prompt of the model's, put before every text.")
+@click.option("--output", "outputs", multiple=True, metavar="NAME",
+              help="An output of the model's (dense, sparse for SPLADE and bge-m3, colbert); repeat for several, each "
+                   "then in a column OUTPUT_COLUMN_NAME. Default: dense.")
 @click.option("--engine-arg", "engine_args", multiple=True, metavar="KEY=VALUE",
               help="An engine argument (as in wde inspect); VALUE is read as JSON, else as text.")
 def embed_dataset(input_path, output_path, model, column, image_column, output_column, id_column, workers, num_cpus,
-                  num_gpus, batch_size, address, on_error, allow_empty, dimensions, prompt_name, engine_args) -> None:
+                  num_gpus, batch_size, address, on_error, allow_empty, dimensions, prompt_name, outputs,
+                  engine_args) -> None:
     """Embed the COLUMN (or --image-column) of every row of INPUT (a .jsonl or .parquet file, or a folder of them)
     on Ray and write the rows, every input column kept and the vectors added, as Parquet files into OUTPUT."""
     from wde_ray.batch import embed
@@ -56,7 +60,7 @@ def embed_dataset(input_path, output_path, model, column, image_column, output_c
                    image_root=image_root(input_path) if image_column else None,
                    id_column=id_column, on_error=on_error, allow_empty=allow_empty, batch_size=batch_size,
                    workers=workers, num_cpus=num_cpus, num_gpus=num_gpus, dimensions=dimensions,
-                   prompt_name=prompt_name, **args)
+                   prompt_name=prompt_name, output=outputs[0] if len(outputs) == 1 else (outputs or "dense"), **args)
         ds.write_parquet(output_path)
     except Exception as exc:  # Ray wraps a failed row in its own task errors
         cause = find_cause(exc, RowError) or exc

@@ -1,36 +1,15 @@
 """Tiny random SPLADE directories saved by sentence-transformers' ``SparseEncoder`` (no hub), and their fixtures,
 imported by each test module (a ``conftest.py`` here would shadow the repository's root ``conftest`` module that
-other plugins' tests import from)."""
+other plugins' tests import from). ``save_mlm`` and ``save_splade`` live in the root conftest: wde-ray's tests use
+them too."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers import AutoTokenizer
 
-from wde_plugin_kit import save_random_model
-
-TINY = dict(vocab_size=1, hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64,
-            max_position_embeddings=64)  # vocab_size: the tokenizer's (save_random_model keeps the larger)
-
-
-def save_mlm(directory, seed=1):
-    """A random ``BertForMaskedLM`` with a tiny WordPiece tokenizer; its vocabulary is the tokenizer's."""
-    config = BertConfig(**TINY)
-    config.architectures = ["BertForMaskedLM"]
-    return save_random_model(directory, config, model_class=BertForMaskedLM, seed=seed)
-
-
-def save_splade(directory, mlm, pooling="max", activation="relu", max_active_dims=None):
-    """``SparseEncoder([MLMTransformer, SpladePooling])`` saved to ``directory``."""
-    from sentence_transformers import SparseEncoder
-    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
-
-    model = SparseEncoder(modules=[MLMTransformer(str(mlm)), SpladePooling(pooling, activation)],
-                          max_active_dims=max_active_dims)
-    model.save(str(directory))
-    return directory
-
+from conftest import save_mlm, save_splade
 
 def save_router(directory, mlm, pooling="max", activation="log1p_relu"):
     """An inference-free model: query route ``SparseStaticEmbedding`` with random IDF weights (zero for a few

@@ -119,21 +119,24 @@ struct Fp32 {
 
 }  // namespace
 
-// q [T, H, D], k and v [T, Hkv, D] (head_dim contiguous), float32; window < 0 means none. Returns out [T, H, D].
+// q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous), float32; window < 0 means none. Returns out [T, H, D].
+// cu_k (empty: cu the same) bounds each sequence's keys when they are not its own rows (shared_prefix.py).
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const std::vector<int64_t>& cu, bool causal, int64_t window, double scale) {
+                            const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
+                            const std::vector<int64_t>& cu_k) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "varlen_attention takes float32");
   TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
   TORCH_CHECK(q.size(2) % 16 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 16 and heads % kv heads must be 0");
   const int heads = q.size(1), D = q.size(2);
+  const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
   at::Tensor out = at::empty({q.size(0), heads, D}, q.options());
-  for_each_item<Scratch>(cu, heads, heads / v.size(1), [&](int64_t start, int L, int hd, int kvh, int row0, int row1,
-                                                           Scratch& sc) {
-    Head h{q.data_ptr<float>() + start * q.stride(0) + hd * q.stride(1),
-           k.data_ptr<float>() + start * k.stride(0) + kvh * k.stride(1),
-           v.data_ptr<float>() + start * v.stride(0) + kvh * v.stride(1),
-           out.data_ptr<float>() + start * out.stride(0) + hd * out.stride(1),
+  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
+                                                               int row1, Scratch& sc) {
+    Head h{q.data_ptr<float>() + q0 * q.stride(0) + hd * q.stride(1),
+           k.data_ptr<float>() + k0 * k.stride(0) + kvh * k.stride(1),
+           v.data_ptr<float>() + k0 * v.stride(0) + kvh * v.stride(1),
+           out.data_ptr<float>() + q0 * out.stride(0) + hd * out.stride(1),
            q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
     attend_rows<Fp32>(h, L, D, row0, row1, causal, static_cast<int>(window), static_cast<float>(scale), sc);
   });
@@ -142,7 +145,8 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
 
 #ifdef __AVX512BF16__
 at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx);
+                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx,
+                                 const std::vector<int64_t>& cu_k);
 bool amx_available();
 #endif
 
@@ -156,11 +160,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+        py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
 #ifdef __AVX512BF16__
   m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16, or AMX tiles)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::arg("amx") = true, py::call_guard<py::gil_scoped_release>());
+        py::arg("scale"), py::arg("amx") = true, py::arg("cu_seqlens_k") = std::vector<int64_t>{},
+        py::call_guard<py::gil_scoped_release>());
   m.def("amx_available", &amx_available, "Whether the CPU has AMX-BF16 and Linux grants its tile state");
 #endif
 }

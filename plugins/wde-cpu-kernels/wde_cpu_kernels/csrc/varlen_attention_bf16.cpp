@@ -105,22 +105,24 @@ struct Bf16 {
 
 }  // namespace
 
-// As varlen_attention, for bf16 q, k, v (head_dim contiguous); returns bf16 [T, H, D]. With `amx`, head sizes that are
+// As varlen_attention (cu_k included), for bf16 q, k, v (head_dim contiguous); returns bf16 [T, H, D]. With `amx`, head sizes that are
 // a multiple of 32 go through AMX tiles where the CPU and OS allow them (varlen_attention_amx.cpp).
 at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx) {
+                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx,
+                                 const std::vector<int64_t>& cu_k) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
               v.scalar_type() == at::kBFloat16, "varlen_attention_bf16 takes bfloat16");
   TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
   TORCH_CHECK(q.size(2) % 16 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 16 and heads % kv heads must be 0");
   const int heads = q.size(1), D = q.size(2);
+  const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
   at::Tensor out = at::empty({q.size(0), heads, D}, q.options());
   const bool tiles = amx && D % 32 == 0 && amx_ready();
   auto ptr = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
-  for_each_item<Scratch>(cu, heads, heads / v.size(1), [&](int64_t start, int L, int hd, int kvh, int row0, int row1,
-                                                           Scratch& sc) {
-    Head h{ptr(q) + start * q.stride(0) + hd * q.stride(1), ptr(k) + start * k.stride(0) + kvh * k.stride(1),
-           ptr(v) + start * v.stride(0) + kvh * v.stride(1), ptr(out) + start * out.stride(0) + hd * out.stride(1),
+  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
+                                                               int row1, Scratch& sc) {
+    Head h{ptr(q) + q0 * q.stride(0) + hd * q.stride(1), ptr(k) + k0 * k.stride(0) + kvh * k.stride(1),
+           ptr(v) + k0 * v.stride(0) + kvh * v.stride(1), ptr(out) + q0 * out.stride(0) + hd * out.stride(1),
            q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
     if (tiles)
       attend_rows_amx(h, L, D, row0, row1, causal, static_cast<int>(window), static_cast<float>(scale), sc);

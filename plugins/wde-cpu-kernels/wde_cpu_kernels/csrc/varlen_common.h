@@ -2,6 +2,7 @@
 // row of scores, the driver over one work item's query rows, and the work items themselves.
 #pragma once
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -115,22 +116,41 @@ void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int win
   }
 }
 
-// Calls run(sequence start, length, head, kv head, first row, last row, scratch) for every (sequence, head,
-// block of QUERY_BLOCK rows), spread over torch's threads (interleaved: batches come longest first).
+// Checks boundaries: cu_q over the query rows, cu_k (empty: cu_q) over the key rows, one sequence each; a sequence
+// has at least as many keys as queries, its queries aligned to its last keys (a shared prefix's keys come first).
+inline const std::vector<int64_t>& key_bounds(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
+                                              int64_t q_rows, int64_t k_rows) {
+  const std::vector<int64_t>& ck = cu_k.empty() ? cu_q : cu_k;
+  TORCH_CHECK(!cu_q.empty() && ck.size() == cu_q.size() && cu_q.front() == 0 && ck.front() == 0 &&
+              cu_q.back() == q_rows && ck.back() == k_rows, "cu_seqlens do not match the rows of q and k");
+  for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
+    const int64_t queries = cu_q[s + 1] - cu_q[s], keys = ck[s + 1] - ck[s];
+    TORCH_CHECK(queries >= 0 && keys >= queries && cu_q[s] >= keys - queries,
+                "a sequence has fewer keys than queries, or its queries start before row keys - queries");
+  }
+  return ck;
+}
+
+// Calls run(row of query 0, first key row, keys L, head, kv head, first row, last row, scratch) for every (sequence,
+// head, block of QUERY_BLOCK query rows), spread over torch's threads (interleaved: batches come longest first).
+// Rows count in the sequence's keys: queries are its last cu_q[s + 1] - cu_q[s] rows, so q row r of the sequence is
+// packed row cu_q[s] - (L - queries) + r (run gets that base, never below 0: key_bounds checked it).
 template <typename Scratch, typename Run>
-void for_each_item(const std::vector<int64_t>& cu, int heads, int group, Run run) {
+void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& ck, int heads, int group, Run run) {
   std::vector<std::array<int, 3>> items;  // (sequence, head, first query row)
-  for (size_t s = 0; s + 1 < cu.size(); ++s)
+  for (size_t s = 0; s + 1 < cu_q.size(); ++s)
     for (int h = 0; h < heads; ++h)
-      for (int64_t r = 0; r < cu[s + 1] - cu[s]; r += QUERY_BLOCK) items.push_back({int(s), h, int(r)});
+      for (int64_t r = (ck[s + 1] - ck[s]) - (cu_q[s + 1] - cu_q[s]); r < ck[s + 1] - ck[s]; r += QUERY_BLOCK)
+        items.push_back({int(s), h, int(r)});
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items.size()));
   at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
     Scratch sc;
     for (int64_t w = begin; w < end; ++w)
       for (size_t n = w; n < items.size(); n += workers) {
         const auto [s, hd, row0] = items[n];
-        const int L = static_cast<int>(cu[s + 1] - cu[s]);
-        run(cu[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
+        const int L = static_cast<int>(ck[s + 1] - ck[s]);
+        const int64_t q0 = cu_q[s] - (L - (cu_q[s + 1] - cu_q[s]));
+        run(q0, ck[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
       }
   });
 }
