@@ -344,6 +344,43 @@ def save_splade(directory, mlm, pooling="max", activation="relu", max_active_dim
     return directory
 
 
+# --- ColQwen2 (wde-qwen2-vl's tests and the docs' stand-in) ------------------------------------------------------
+QWEN2_VL_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                     "<|video_pad|>", "<|endoftext|>"]
+
+
+def save_random_colqwen2(directory, seed: int = 0):
+    """A random ``ColQwen2ForRetrieval`` with the tests' byte-level BPE (the Qwen2-VL special tokens added) and a
+    ``Qwen2VLImageProcessor`` allowing 4 to 64 patches an image, saved with their ``ColQwen2Processor``."""
+    import torch
+    from transformers import (AutoTokenizer, ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLConfig,
+                              Qwen2VLImageProcessor)
+
+    write_decoder_tokenizer(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"additional_special_tokens": QWEN2_VL_SPECIALS, "pad_token": "<|endoftext|>"})
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN2_VL_SPECIALS}
+    vlm = Qwen2VLConfig(
+        text_config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                         num_hidden_layers=2, vocab_size=len(tokenizer), max_position_embeddings=512,
+                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}),
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"])
+    torch.manual_seed(seed)
+    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=16)).eval()
+    with torch.no_grad():  # norms and biases start at 1 and 0: make them random too
+        for name, param in model.named_parameters():
+            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", "ln_q.weight", ".bias")):
+                param.add_(torch.randn_like(param) * 0.1)
+    model.save_pretrained(directory)
+    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28),
+                                  tokenizer=tokenizer)
+    processor.save_pretrained(directory)
+    return directory
+
+
 # --- real GGUF weights (the slow tier) -----------------------------------------------------------------------
 GGUF_TO_HF = SHARED / "tools" / "gguf_to_hf.py"
 

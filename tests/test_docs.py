@@ -24,7 +24,8 @@ How each kind is checked:
 The models the examples name are stand-ins here: tiny random-weight models of the same architectures
 (wde-plugin-kit's ``save_random_model``), put in a temporary hub cache under the names the docs use
 (``BAAI/bge-m3`` with its two head files, ``BAAI/bge-reranker-v2-m3``, a CLIP as ``openai/clip-vit-base-patch32``,
-a ``BertForTokenClassification`` as ``dslim/bert-base-NER``, a ``Qwen3ForCausalLM`` as ``Qwen/Qwen3-Reranker-0.6B``)
+a ``BertForTokenClassification`` as ``dslim/bert-base-NER``, a ``Qwen3ForCausalLM`` as ``Qwen/Qwen3-Reranker-0.6B``, a
+``ColQwen2ForRetrieval`` as ``vidore/colqwen2-v1.0-hf``)
 and in ``./my-bert-nli``, with
 ``HF_HUB_OFFLINE=1``. They prove the code runs as written, not the scores; the default model is the real
 packaged all-MiniLM-L6-v2. ``wde`` is run through a script that calls the entry point ``pyproject.toml``
@@ -346,7 +347,7 @@ def make_stand_ins(work: Path) -> Path:
     from transformers import (BertConfig, BertForSequenceClassification, BertForTokenClassification, XLMRobertaConfig,
                               XLMRobertaForSequenceClassification, XLMRobertaModel)
 
-    from conftest import save_random_clip, save_random_reranker
+    from conftest import save_random_clip, save_random_colqwen2, save_random_reranker
     from wde_plugin_kit import save_random_model
 
     hub = work / "hub"
@@ -369,6 +370,7 @@ def make_stand_ins(work: Path) -> Path:
                       model_class=XLMRobertaForSequenceClassification, tokenizer="bpe")
     save_random_clip(snapshot("openai/clip-vit-base-patch32"), "clip", projection_dim=512)  # 512 wide, as the real
     save_random_reranker(snapshot("Qwen/Qwen3-Reranker-0.6B"), tied=False)
+    save_random_colqwen2(snapshot("vidore/colqwen2-v1.0-hf"))
     conll = dict(enumerate(["O", "B-MISC", "I-MISC", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]))
     save_random_model(snapshot("dslim/bert-base-NER"), BertConfig(
         architectures=["BertForTokenClassification"], hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -123,7 +123,10 @@ class DecoderEmbedder(nn.Module):
 
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
-        x = self.embed_tokens(model_input.input_ids)
+        return self.decode(self.embed_tokens(model_input.input_ids), model_input)
+
+    def decode(self, x: torch.Tensor, model_input) -> torch.Tensor:
+        """The layers and final norm over input embeddings ``x [T, H]`` (a vision-language model's, images in)."""
         cos, sin = self.rotary(model_input.positions)
         for layer in self.layers:
             x = layer(x, cos, sin, model_input.attn_metadata)

@@ -1,0 +1,73 @@
+"""ColQwen2 (``ColQwen2ForRetrieval``): Qwen2-VL's vision tower and Qwen2 decoder, then a linear projection of every
+token's last state, L2-normalized: one vector per token (ColPali's late interaction, scored by MaxSim).
+
+As transformers' ``ColQwen2ForRetrieval`` runs it: the image tokens' embeddings are the vision tower's merged
+patches, and the decoder's positions are the plain ones of each sequence (the model calls its language model with
+input embeddings only, so no multimodal rotary positions are computed)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from wde_core.plugin_api import Linear
+from wde_qwen2_bidir.public import DecoderEmbedder
+from wde_qwen2_vl.vision import VisionTower
+
+# checkpoint prefixes (transformers 5's layout, then 4.x's) -> this model's submodules
+_PREFIXES = (("model.visual.", "visual."), ("visual.", "visual."), ("model.language_model.", "text."),
+             ("language_model.", "text."), ("model.", "text."))
+
+
+def text_config(config):
+    """The decoder's config as wde-qwen2-bidir reads a Qwen2 one (Qwen2-VL's q/k/v have biases)."""
+    text = copy.deepcopy(config.vlm_config.text_config)
+    text.model_type = "qwen2"
+    return text
+
+
+class ColQwen2(nn.Module):
+    """Packed texts and pages in, ``{"hidden": [T, H], "multi_vector": [T, dim]}`` out (the second when asked)."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__()
+        self.image_token_id = config.vlm_config.image_token_id
+        self.text = DecoderEmbedder(text_config(config), attention, settings)
+        self.visual = VisionTower(config.vlm_config.vision_config, attention)
+        self.embedding_proj_layer = Linear(config.vlm_config.text_config.hidden_size, config.embedding_dim)
+
+    def forward(self, model_input) -> dict[str, torch.Tensor]:
+        """Token embeddings, the images' merged patches put at their ``<|image_pad|>`` tokens, then the decoder."""
+        x = self.text.embed_tokens(model_input.input_ids)
+        if model_input.pixel_patches is not None:
+            images = self.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata)
+            x = x.index_copy(0, model_input.image_token_index, images.to(x.dtype))
+        hidden = self.text.decode(x, model_input)
+        heads = {"hidden": hidden}
+        if "multi_vector" in model_input.outputs:
+            vectors = self.embedding_proj_layer(hidden).float()
+            heads["multi_vector"] = vectors / vectors.norm(dim=-1, keepdim=True)
+        return heads
+
+    def after_load_weights(self) -> None:
+        """RoPE tables of the decoder and of the vision tower."""
+        self.text.after_load_weights()
+        self.visual.after_load_weights()
+
+    def map_checkpoint_name(self, name: str):
+        """``vlm.``'s vision tower and language model (either layout), the projection; ``None`` for the LM head."""
+        name = name.removeprefix("vlm.")
+        if name.startswith(("lm_head.", "model.lm_head.")):
+            return None
+        if name.startswith("embedding_proj_layer."):
+            return name, None
+        for prefix, ours in _PREFIXES:
+            if name.startswith(prefix):
+                rest = name[len(prefix):]
+                if ours == "visual.":
+                    return ours + rest, None
+                mapped = self.text.map_checkpoint_name(rest)
+                return None if mapped is None else ("text." + mapped[0], mapped[1])
+        return name, None

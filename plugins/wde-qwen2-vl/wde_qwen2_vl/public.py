@@ -1,0 +1,24 @@
+"""What users and other plugins may use of wde-qwen2-vl: ``maxsim``, late-interaction scores between token vectors
+(``encode(..., output="multi_vector")`` results), and the vision tower."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from wde_qwen2_vl.vision import VisionTower, patch_positions
+
+
+def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np.ndarray:
+    """``[queries, documents]`` float32: for each query token its best inner product with a document token, summed
+    over the query's tokens (ColPali's and ColQwen2's ``score_retrieval``)."""
+    scores = np.empty((len(queries), len(documents)), dtype=np.float32)
+    for j, document in enumerate(documents):
+        document = np.asarray(document, dtype=np.float32)
+        for i, query in enumerate(queries):
+            scores[i, j] = (np.asarray(query, dtype=np.float32) @ document.T).max(axis=1).sum()
+    return scores
+
+
+__all__ = ["maxsim", "VisionTower", "patch_positions"]

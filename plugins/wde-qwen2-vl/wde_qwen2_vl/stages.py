@@ -1,0 +1,162 @@
+"""Stages of the ``colqwen2`` workflow: text queries and page images in one list; each laid out by the directory's
+own ``ColQwen2Processor`` (queries: ``"Query: "`` + text + ten augmentation tokens; pages: the visual prompt with one
+``<|image_pad|>`` per merged 2x2 block of patches); batches packing both, the pages' patches beside them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from wde_clip.public import load_image
+from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ImageInput, ModelInput, Request, TokenEmbedOptions,
+                                 as_image_input, split_tokens)
+from wde_qwen2_vl.vision import patch_positions
+
+OUTPUTS = ("multi_vector",)
+
+
+class QueryPageInputProcessor:
+    """A text (query), an image (page), or a list mixing them, refused item by item before any work."""
+
+    def __init__(self, pipeline) -> None:
+        pass
+
+    def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
+                options: EmbedOptions | None = None) -> list[Request]:
+        """One request per item; images carry their :class:`ImageInput`."""
+        if isinstance(options, TokenEmbedOptions):
+            raise ValueError("embed_tokens(): ColQwen2's token vectors are encode(..., output='multi_vector')")
+        if prompt is not None or prompt_name is not None:
+            raise ValueError("ColQwen2 lays out queries and pages with its processor's own prefixes; it takes no "
+                             "prompt or prompt_name")
+        options = options or EmbedOptions(output=OUTPUTS)
+        if getattr(options, "dimensions", None) is not None:
+            raise ValueError("dimensions: ColQwen2's vectors are not Matryoshka-trained; leave dimensions unset")
+        items = [inputs] if isinstance(inputs, str) or as_image_input(inputs) is not None else inputs
+        if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
+            raise TypeError(f"inputs: expected a query, a page image or a list of them, got {type(inputs).__name__}")
+        if len(items) == 0:
+            raise ValueError("inputs: got an empty list; pass at least one query or page")
+        return [self.request(i, item, options) for i, item in enumerate(items)]
+
+    @staticmethod
+    def request(index: int, item: Any, options: EmbedOptions) -> Request:
+        """The request for one item, or a ``TypeError`` naming it."""
+        if isinstance(item, str):
+            if not item.strip():
+                raise ValueError(f"input {index}: empty query")
+            return Request(index, item, options)
+        image = as_image_input(item)
+        if image is None:
+            raise TypeError(f"input {index}: expected a str (query) or an image (PIL image, pathlib.Path, bytes or "
+                            f"{{'image': ...}}), got {type(item).__name__}")
+        return Request(index, None, options, image=image)
+
+
+@dataclass(frozen=True)
+class PagePixels:
+    """A page's patches ``[t * h * w, C * T * P * P]`` as the image processor flattened them, and their grid."""
+
+    patches: torch.Tensor
+    grid: tuple[int, int, int]
+
+
+class QueryPageTokenizer:
+    """Queries and pages through the directory's ``ColQwen2Processor`` (``processor_config.json``,
+    ``preprocessor_config.json`` and the tokenizer): the token ids and a page's patches as it makes them."""
+
+    def __init__(self, pipeline) -> None:
+        from transformers import AutoProcessor
+
+        self.processor = AutoProcessor.from_pretrained(str(pipeline.model.path))
+        self.max_len = pipeline.settings.max_model_len
+        self.image_token_id = pipeline.model.config.vlm_config.image_token_id
+        self.placeholders = [t for t in (getattr(self.processor, "image_token", None),
+                                         getattr(self.processor.tokenizer, "video_token", None), "<|video_pad|>") if t]
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill token ids (and pages' pixels); over ``max_model_len``: a query is cut when ``truncate``, a page refused."""
+        if truncate not in (True, False):
+            raise ValueError(f"truncate={truncate!r}: ColQwen2 embeds a query or page whole or cut; pass True or False")
+        queries = [r for r in requests if r.image is None]
+        for request in queries:
+            for token in self.placeholders:
+                if token in request.text:
+                    raise ValueError(f"input {request.index}: the query contains the placeholder token {token!r}; "
+                                     "pass pages as images")
+        if queries:
+            encoded = self.processor.process_queries([r.text for r in queries])  # padded to the longest
+            unpadded = [[t for t, keep in zip(ids, mask) if keep]
+                        for ids, mask in zip(encoded["input_ids"].tolist(), encoded["attention_mask"].tolist())]
+            for request, ids in zip(queries, unpadded):
+                if self.image_token_id in ids:  # a token id the text did not spell (another tokenizer's merge)
+                    raise ValueError(f"input {request.index}: the query tokenizes to the image placeholder token; "
+                                     "pass pages as images")
+                request.token_ids = list(ids)[: self.max_len] if truncate else list(ids)
+        for request in (r for r in requests if r.image is not None):
+            self.preprocess(request)
+        for request in requests:
+            if request.num_tokens > self.max_len:
+                kind = "query" if request.image is None else "page"
+                raise ValueError(f"input {request.index}: the {kind} has {request.num_tokens} tokens, more than "
+                                 f"max_model_len={self.max_len}" + ("; pass truncate=True" if kind == "query" else
+                                                                    "; raise max_model_len or shrink the image"))
+
+    def preprocess(self, request: Request) -> None:
+        """Decode the page (errors name the input) and lay it out as the processor does."""
+        picture = load_image(request.image, f"input {request.index}")
+        encoded = self.processor.process_images([picture], return_tensors="pt")
+        grid = tuple(int(x) for x in encoded["image_grid_thw"][0])
+        request.token_ids = encoded["input_ids"][0].tolist()
+        request.image = PagePixels(encoded["pixel_values"][0][: grid[0] * grid[1] * grid[2]].clone(), grid)
+
+
+@dataclass
+class QueryPageBatch(ModelInput):
+    """The packed tokens of a batch's queries and pages, plus the pages' patches ``pixel_patches [N, C*T*P*P]``,
+    each patch's (row, column) ``patch_positions``, the patches' attention metadata (one sequence per frame) and
+    where the merged patches go (``image_token_index``, into the packed tokens)."""
+
+    pixel_patches: torch.Tensor | None = None
+    patch_positions: torch.Tensor | None = None
+    vision_metadata: Any = None
+    image_token_index: torch.Tensor | None = None
+
+
+class QueryPageBatchBuilder(FlatBatchBuilder):
+    """The core's packed batch, and the pages' patches stacked in the order their pages are packed."""
+
+    def __init__(self, pipeline, attention_backend) -> None:
+        super().__init__(pipeline, attention_backend)
+        config = pipeline.model.config.vlm_config
+        self.image_token_id, self.merge = config.image_token_id, config.vision_config.spatial_merge_size
+
+    def build(self, requests: list[Request]) -> QueryPageBatch:
+        """Pack ``requests``; add the patches of those that are pages."""
+        packed = super().build(requests)
+        batch = QueryPageBatch(**{name: getattr(packed, name) for name in packed.__dataclass_fields__})
+        pages = [r.image for r in requests if isinstance(r.image, PagePixels)]
+        if pages:
+            batch.pixel_patches = torch.cat([page.patches for page in pages])
+            batch.patch_positions = patch_positions([page.grid for page in pages], self.merge)
+            frames = [page.grid[1] * page.grid[2] for page in pages for _ in range(page.grid[0])]
+            cu_seqlens = torch.zeros(len(frames) + 1, dtype=torch.int32)
+            torch.cumsum(torch.tensor(frames), 0, out=cu_seqlens[1:])
+            batch.vision_metadata = self.attention.build_metadata(frames, cu_seqlens, causal=False)
+            batch.image_token_index = torch.nonzero(batch.input_ids == self.image_token_id).flatten()
+        return batch
+
+
+class MultiVectorOutputProcessor:
+    """``[num_tokens, dim]`` float32 per query or page: every token's normalized vector (ColPali's layout)."""
+
+    outputs = OUTPUTS
+
+    def __init__(self, pipeline) -> None:
+        pass
+
+    def process(self, requests: list[Request], pooled: dict[str, torch.Tensor]) -> list:
+        """One array per request, in batch order."""
+        return split_tokens(pooled["multi_vector"], [r.num_tokens for r in requests])
