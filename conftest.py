@@ -349,35 +349,70 @@ QWEN2_VL_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision
                      "<|video_pad|>", "<|endoftext|>"]
 
 
-def save_random_colqwen2(directory, seed: int = 0):
-    """A random ``ColQwen2ForRetrieval`` with the tests' byte-level BPE (the Qwen2-VL special tokens added) and a
-    ``Qwen2VLImageProcessor`` allowing 4 to 64 patches an image, saved with their ``ColQwen2Processor``."""
-    import torch
-    from transformers import (AutoTokenizer, ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLConfig,
-                              Qwen2VLImageProcessor)
+def qwen2_vl_config(directory, *, text: dict | None = None, vision: dict | None = None):
+    """The tests' byte-level BPE saved to ``directory`` with the Qwen2-VL special tokens added, and a small
+    ``Qwen2VLConfig`` over it (2 vision blocks, 2 decoder layers, GQA); ``text``/``vision`` override its configs."""
+    from transformers import AutoTokenizer, Qwen2VLConfig
 
     write_decoder_tokenizer(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     tokenizer.add_special_tokens({"additional_special_tokens": QWEN2_VL_SPECIALS, "pad_token": "<|endoftext|>"})
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN2_VL_SPECIALS}
-    vlm = Qwen2VLConfig(
-        text_config=dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-                         num_hidden_layers=2, vocab_size=len(tokenizer), max_position_embeddings=512,
-                         rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 10000.0}),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+    config = Qwen2VLConfig(
+        text_config={**dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+                            num_hidden_layers=2, vocab_size=len(tokenizer), max_position_embeddings=512,
+                            rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                             "rope_theta": 10000.0}), **(text or {})},
+        vision_config={**dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                              spatial_merge_size=2, temporal_patch_size=2, in_channels=3), **(vision or {})},
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"])
-    torch.manual_seed(seed)
-    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=16)).eval()
-    with torch.no_grad():  # norms and biases start at 1 and 0: make them random too
+    return tokenizer, config
+
+
+def _randomize_norms(model, seed: int):
+    """Norm weights and biases start at 1 and 0: make them random too."""
+    import torch
+
+    torch.manual_seed(seed + 1)
+    with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", "ln_q.weight", ".bias")):
                 param.add_(torch.randn_like(param) * 0.1)
+
+
+def save_random_colqwen2(directory, seed: int = 0, *, text: dict | None = None, vision: dict | None = None,
+                         embedding_dim: int = 16, max_pixels: int = 16 * 28 * 28):
+    """A random ``ColQwen2ForRetrieval`` over :func:`qwen2_vl_config` and a ``Qwen2VLImageProcessor`` allowing 4
+    merged patches an image up to ``max_pixels``, saved with their ``ColQwen2Processor``."""
+    import torch
+    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLImageProcessor
+
+    tokenizer, vlm = qwen2_vl_config(directory, text=text, vision=vision)
+    torch.manual_seed(seed)
+    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=embedding_dim)).eval()
+    _randomize_norms(model, seed)
     model.save_pretrained(directory)
-    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=16 * 28 * 28),
+    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels),
                                   tokenizer=tokenizer)
     processor.save_pretrained(directory)
+    return directory
+
+
+def save_random_qwen2_vl(directory, seed: int = 0, *, max_pixels: int = 16 * 28 * 28):
+    """A random ``Qwen2VLForConditionalGeneration`` over :func:`qwen2_vl_config`, saved with its tokenizer and a
+    ``Qwen2VLImageProcessor`` (4 merged patches an image up to ``max_pixels``). No ``Qwen2VLProcessor``: without
+    torchvision transformers cannot make one (its video processor needs it)."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    tokenizer, config = qwen2_vl_config(directory)
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    _randomize_norms(model, seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels).save_pretrained(directory)
     return directory
 
 

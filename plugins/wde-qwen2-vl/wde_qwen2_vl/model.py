@@ -7,25 +7,13 @@ input embeddings only, so no multimodal rotary positions are computed)."""
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 
 from wde_core.plugin_api import Linear
 from wde_qwen2_bidir.public import DecoderEmbedder
 from wde_qwen2_vl.vision import VisionTower
-
-# checkpoint prefixes (transformers 5's layout, then 4.x's) -> this model's submodules
-_PREFIXES = (("model.visual.", "visual."), ("visual.", "visual."), ("model.language_model.", "text."),
-             ("language_model.", "text."), ("model.", "text."))
-
-
-def text_config(config):
-    """The decoder's config as wde-qwen2-bidir reads a Qwen2 one (Qwen2-VL's q/k/v have biases)."""
-    text = copy.deepcopy(config.vlm_config.text_config)
-    text.model_type = "qwen2"
-    return text
+from wde_qwen2_vl.vl_decoder import map_vl_name, text_config
 
 
 class ColQwen2(nn.Module):
@@ -34,7 +22,7 @@ class ColQwen2(nn.Module):
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         self.image_token_id = config.vlm_config.image_token_id
-        self.text = DecoderEmbedder(text_config(config), attention, settings)
+        self.text = DecoderEmbedder(text_config(config.vlm_config), attention, settings)
         self.visual = VisionTower(config.vlm_config.vision_config, attention)
         self.embedding_proj_layer = Linear(config.vlm_config.text_config.hidden_size, config.embedding_dim)
 
@@ -59,15 +47,6 @@ class ColQwen2(nn.Module):
     def map_checkpoint_name(self, name: str):
         """``vlm.``'s vision tower and language model (either layout), the projection; ``None`` for the LM head."""
         name = name.removeprefix("vlm.")
-        if name.startswith(("lm_head.", "model.lm_head.")):
-            return None
         if name.startswith("embedding_proj_layer."):
             return name, None
-        for prefix, ours in _PREFIXES:
-            if name.startswith(prefix):
-                rest = name[len(prefix):]
-                if ours == "visual.":
-                    return ours + rest, None
-                mapped = self.text.map_checkpoint_name(rest)
-                return None if mapped is None else ("text." + mapped[0], mapped[1])
-        return name, None
+        return map_vl_name(self, name)

@@ -1,5 +1,6 @@
 """Registers ColQwen2 (``ColQwen2ForRetrieval``: Qwen2-VL's vision tower and decoder, one normalized vector per
-token) for the embed task, its ``colqwen2`` workflow and its stages."""
+token) and Qwen2-VL single-vector embedders (``Qwen2VLForConditionalGeneration``, ``Qwen2VLModel``: GME, DSE) for
+the embed task, their workflows and stages, and the late_interaction task."""
 
 from __future__ import annotations
 
@@ -21,39 +22,53 @@ def wde_register_tasks(register):
 
 @hookimpl
 def wde_register_architectures(register):
-    """``ColQwen2ForRetrieval`` on the colqwen2 workflow."""
+    """``ColQwen2ForRetrieval`` on the colqwen2 workflow; ``Qwen2VLForConditionalGeneration`` and ``Qwen2VLModel``
+    (GME, DSE) as single-vector embedders on qwen2-vl-embed."""
     register(ArchitectureLink(
         architecture="ColQwen2ForRetrieval", task="embed", workflow="colqwen2", model="wde_qwen2_vl.model:ColQwen2",
         defaults={"pooling": "last", "normalize": False, "max_model_len": 8192},  # pages of up to ~8k tokens
         configure="wde_qwen2_vl.settings:configure",
         description="ColQwen2: text queries and page images -> one vector per token (output='multi_vector')",
     ))
+    for architecture in ("Qwen2VLForConditionalGeneration", "Qwen2VLModel"):
+        register(ArchitectureLink(
+            architecture=architecture, task="embed", workflow="qwen2-vl-embed",
+            model="wde_qwen2_vl.embedder:Qwen2VLEmbedder", defaults={"max_model_len": 8192},
+            configure="wde_qwen2_vl.settings:configure_embedder",
+            description="Qwen2-VL embedder (GME, DSE): texts, images and text + image inputs -> last-token vectors",
+        ))
 
 
 @hookimpl
 def wde_register_workflows(register):
-    """The embed workflow with query/page stages and the multi-vector output."""
+    """The embed workflow with query/page stages and the multi-vector output; with text/image stages (M-RoPE)."""
     register(replace(EMBED_WORKFLOW, name="colqwen2", input_processor="query-page", tokenizer="colqwen2",
                      model_input_builder="query-page", output_processor="multi-vector",
                      description="queries and page images -> [tokens, dim] per input (output='multi_vector')"))
+    register(replace(EMBED_WORKFLOW, name="qwen2-vl-embed", input_processor="vision-text", tokenizer="qwen2-vl",
+                     model_input_builder="vision-text",
+                     description="texts, images, text + image -> Qwen2-VL last-token embeddings (M-RoPE)"))
 
 
 @hookimpl
 def wde_register_input_processors(register):
     """Queries (str) and pages (images) in one list."""
     register("query-page", f"{_S}:QueryPageInputProcessor", "str queries and page images, mixed")
+    register("vision-text", f"{_S}:VisionTextInputProcessor", "texts, images and {'text', 'image'} dicts, mixed")
 
 
 @hookimpl
 def wde_register_tokenizers(register):
     """The directory's ColQwen2Processor: query prefix and augmentation, the page's visual prompt and patches."""
     register("colqwen2", f"{_S}:QueryPageTokenizer", "ColQwen2Processor: queries and pages as it lays them out")
+    register("qwen2-vl", f"{_S}:VisionTextTokenizer", "Qwen2VLProcessor: the image placeholder, then the text")
 
 
 @hookimpl
 def wde_register_model_input_builders(register):
     """The packed batch plus the pages' patches."""
     register("query-page", f"{_S}:QueryPageBatchBuilder", "packed batch with the pages' patches and grids")
+    register("vision-text", f"{_S}:VisionTextBatchBuilder", "packed batch, images' patches, M-RoPE positions")
 
 
 @hookimpl

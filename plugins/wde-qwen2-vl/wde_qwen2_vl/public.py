@@ -1,5 +1,5 @@
 """What users and other plugins may use of wde-qwen2-vl: ``maxsim``, late-interaction scores between token vectors
-(``encode(..., output="multi_vector")`` results), and the vision tower."""
+(``encode(..., output="multi_vector")`` results), the vision tower and the multimodal rotary positions."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from wde_qwen2_vl.vision import VisionTower, patch_positions
+from wde_qwen2_vl.vl_decoder import mrope_positions
 
 
 def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np.ndarray:
@@ -21,4 +22,4 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
     return scores
 
 
-__all__ = ["maxsim", "VisionTower", "patch_positions"]
+__all__ = ["maxsim", "mrope_positions", "VisionTower", "patch_positions"]

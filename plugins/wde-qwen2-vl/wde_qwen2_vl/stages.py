@@ -1,6 +1,8 @@
-"""Stages of the ``colqwen2`` workflow: text queries and page images in one list; each laid out by the directory's
-own ``ColQwen2Processor`` (queries: ``"Query: "`` + text + ten augmentation tokens; pages: the visual prompt with one
-``<|image_pad|>`` per merged 2x2 block of patches); batches packing both, the pages' patches beside them."""
+"""Stages of the ``colqwen2`` and ``qwen2-vl-embed`` workflows: texts and images (and, for the embedder, text + image
+inputs) in one list; each laid out by the directory's own processor (``ColQwen2Processor``: queries as ``"Query: "`` +
+text + ten augmentation tokens, pages as the visual prompt; ``Qwen2VLProcessor``: the image's placeholder, then the
+text), one ``<|image_pad|>`` per merged 2x2 block of patches; batches packing them all, the images' patches beside
+them (and, for the embedder, each token's multimodal rotary positions)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,15 @@ from wde_clip.public import load_image
 from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ImageInput, ModelInput, Request, TokenEmbedOptions,
                                  as_image_input, split_tokens)
 from wde_qwen2_vl.vision import patch_positions
+from wde_qwen2_vl.vl_decoder import mrope_positions
 
 OUTPUTS = ("multi_vector",)
+VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
+
+
+def vl_config(config):
+    """The Qwen2-VL config of a model directory (ColQwen2's ``vlm_config``, else the config itself)."""
+    return getattr(config, "vlm_config", config)
 
 
 class QueryPageInputProcessor:
@@ -72,7 +81,7 @@ class QueryPageTokenizer:
 
         self.processor = AutoProcessor.from_pretrained(str(pipeline.model.path))
         self.max_len = pipeline.settings.max_model_len
-        self.image_token_id = pipeline.model.config.vlm_config.image_token_id
+        self.image_token_id = vl_config(pipeline.model.config).image_token_id
         self.placeholders = [t for t in (getattr(self.processor, "image_token", None),
                                          getattr(self.processor.tokenizer, "video_token", None), "<|video_pad|>") if t]
 
@@ -81,11 +90,14 @@ class QueryPageTokenizer:
         if truncate not in (True, False):
             raise ValueError(f"truncate={truncate!r}: ColQwen2 embeds a query or page whole or cut; pass True or False")
         queries = [r for r in requests if r.image is None]
-        for request in queries:
-            for token in self.placeholders:
-                if token in request.text:
-                    raise ValueError(f"input {request.index}: the query contains the placeholder token {token!r}; "
-                                     "pass pages as images")
+        self.check_placeholders(queries, "query")
+        self.tokenize_queries(queries, truncate)
+        for request in (r for r in requests if r.image is not None):
+            self.preprocess(request)
+        self.check_lengths(requests, "page")
+
+    def tokenize_queries(self, queries: list[Request], truncate: bool) -> None:
+        """The queries' token ids as the processor lays them out, cut to ``max_model_len`` when ``truncate``."""
         if queries:
             encoded = self.processor.process_queries([r.text for r in queries])  # padded to the longest
             unpadded = [[t for t, keep in zip(ids, mask) if keep]
@@ -95,14 +107,23 @@ class QueryPageTokenizer:
                     raise ValueError(f"input {request.index}: the query tokenizes to the image placeholder token; "
                                      "pass pages as images")
                 request.token_ids = list(ids)[: self.max_len] if truncate else list(ids)
-        for request in (r for r in requests if r.image is not None):
-            self.preprocess(request)
+
+    def check_placeholders(self, requests: list[Request], kind: str) -> None:
+        """Refuse a text that spells an image or video placeholder token, naming its input."""
+        for request in requests:
+            for token in self.placeholders:
+                if token in (request.text or ""):
+                    raise ValueError(f"input {request.index}: the {kind} contains the placeholder token {token!r}; "
+                                     "pass images as images")
+
+    def check_lengths(self, requests: list[Request], image_kind: str) -> None:
+        """Refuse an input over ``max_model_len`` (a text only when it was not cut), naming it."""
         for request in requests:
             if request.num_tokens > self.max_len:
-                kind = "query" if request.image is None else "page"
+                kind = "query" if request.image is None else image_kind
                 raise ValueError(f"input {request.index}: the {kind} has {request.num_tokens} tokens, more than "
-                                 f"max_model_len={self.max_len}" + ("; pass truncate=True" if kind == "query" else
-                                                                    "; raise max_model_len or shrink the image"))
+                                 f"max_model_len={self.max_len}" + ("; pass truncate=True" if request.image is None
+                                                                    else "; raise max_model_len or shrink the image"))
 
     def preprocess(self, request: Request) -> None:
         """Decode the page (errors name the input) and lay it out as the processor does."""
@@ -123,6 +144,7 @@ class QueryPageBatch(ModelInput):
     patch_positions: torch.Tensor | None = None
     vision_metadata: Any = None
     image_token_index: torch.Tensor | None = None
+    mrope_positions: torch.Tensor | None = None
 
 
 class QueryPageBatchBuilder(FlatBatchBuilder):
@@ -130,7 +152,7 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
 
     def __init__(self, pipeline, attention_backend) -> None:
         super().__init__(pipeline, attention_backend)
-        config = pipeline.model.config.vlm_config
+        config = vl_config(pipeline.model.config)
         self.image_token_id, self.merge = config.image_token_id, config.vision_config.spatial_merge_size
 
     def build(self, requests: list[Request]) -> QueryPageBatch:
@@ -146,6 +168,95 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
             torch.cumsum(torch.tensor(frames), 0, out=cu_seqlens[1:])
             batch.vision_metadata = self.attention.build_metadata(frames, cu_seqlens, causal=False)
             batch.image_token_index = torch.nonzero(batch.input_ids == self.image_token_id).flatten()
+        return batch
+
+
+class VisionTextInputProcessor(QueryPageInputProcessor):
+    """A text, an image, a ``{"text": str, "image": image}`` pair, or a list mixing them; ``prompt`` (or the model's
+    ``prompt_name``) goes before each text."""
+
+    def __init__(self, pipeline) -> None:
+        from wde_core.plugin_api import TextInputProcessor
+
+        self.prompts = TextInputProcessor(pipeline)
+
+    def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
+                options: EmbedOptions | None = None) -> list[Request]:
+        """One request per item; an image (alone or with a text) carries its :class:`ImageInput`."""
+        options = options or EmbedOptions()
+        if isinstance(options, TokenEmbedOptions):
+            raise ValueError("embed_tokens(): a Qwen2-VL embedder gives one vector per input; use encode()")
+        self.prompts.check_options(options)
+        text_prompt = self.prompts.resolve_prompt(prompt, prompt_name) or ""
+        items = [inputs] if isinstance(inputs, (str, dict)) or as_image_input(inputs) is not None else inputs
+        if not isinstance(items, Sequence) or isinstance(items, bytes):
+            raise TypeError(f"inputs: expected a text, an image, a text + image dict or a list of them, got "
+                            f"{type(inputs).__name__}")
+        if len(items) == 0:
+            raise ValueError("inputs: got an empty list; pass at least one input")
+        return [self.pair(i, item, text_prompt, options) for i, item in enumerate(items)]
+
+    def pair(self, index: int, item: Any, prompt: str, options: EmbedOptions) -> Request:
+        """The request for a text, an image or a ``{"text", "image"}`` dict, or an error naming the input."""
+        if isinstance(item, dict) and set(item) == {"text", "image"}:
+            if not isinstance(item["text"], str):
+                raise TypeError(f"input {index}: field 'text' must be a str, got {type(item['text']).__name__}")
+            return Request(index, prompt + item["text"], options, prompt, image=ImageInput(item["image"]))
+        request = self.request(index, item, options)
+        if request.image is None:
+            request.text, request.prompt = prompt + request.text, prompt or None
+        else:
+            request.text = ""
+        return request
+
+
+class VisionTextTokenizer(QueryPageTokenizer):
+    """A Qwen2-VL embedder's inputs laid out as ``Qwen2VLProcessor`` does (which transformers cannot build without
+    torchvision): a text as it is; an image through the directory's image processor, its placeholder (one
+    ``<|image_pad|>`` per merged 2x2 block of patches) before its text, tokenized by the model's tokenizer."""
+
+    def __init__(self, pipeline) -> None:
+        from transformers import AutoImageProcessor
+
+        self.tokenizer = pipeline.hf_tokenizer()
+        self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
+        self.max_len = pipeline.settings.max_model_len
+        self.image_token_id = vl_config(pipeline.model.config).image_token_id
+        self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill token ids (and images' pixels); over ``max_model_len``: a text is cut when ``truncate``, an image
+        input refused."""
+        if truncate not in (True, False):
+            raise ValueError(f"truncate={truncate!r}: a Qwen2-VL embedder embeds an input whole or cut; pass True or "
+                             "False")
+        self.check_placeholders(requests, "text")
+        texts = [r for r in requests if r.image is None]
+        if texts:
+            encoded = self.tokenizer([r.text for r in texts], truncation=truncate, max_length=self.max_len,
+                                     return_attention_mask=False, verbose=False)["input_ids"]
+            for request, ids in zip(texts, encoded):
+                request.token_ids = list(ids)
+        for request in (r for r in requests if r.image is not None):
+            picture = load_image(request.image, f"input {request.index}")
+            processed = self.image_processor(images=[picture], return_tensors="pt")
+            grid = tuple(int(x) for x in processed["image_grid_thw"][0])
+            blocks = grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2
+            text = VISION.replace("<|image_pad|>", "<|image_pad|>" * blocks) + request.text
+            request.token_ids = self.tokenizer(text, return_attention_mask=False)["input_ids"]
+            request.image = PagePixels(processed["pixel_values"], grid)
+        self.check_lengths(requests, "image input")
+
+
+class VisionTextBatchBuilder(QueryPageBatchBuilder):
+    """The query/page batch plus each token's (temporal, row, column) positions, as ``get_rope_index`` makes them."""
+
+    def build(self, requests: list[Request]) -> QueryPageBatch:
+        """Pack ``requests``; add the images' patches and the packed ``[3, T]`` multimodal positions."""
+        batch = super().build(requests)
+        batch.mrope_positions = torch.cat([
+            mrope_positions(r.token_ids, r.image.grid if isinstance(r.image, PagePixels) else None,
+                            self.image_token_id, self.merge) for r in requests], dim=1)
         return batch
 
 

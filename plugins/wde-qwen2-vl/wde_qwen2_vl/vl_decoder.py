@@ -1,0 +1,66 @@
+"""What Qwen2-VL's models share: the decoder's config as wde-qwen2-bidir reads it, checkpoint names of either
+transformers layout, and multimodal rotary positions (M-RoPE: temporal, height and width positions, each rotating its
+section of the head)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+# checkpoint prefixes (transformers 5's layout, then 4.x's) -> the model's submodules
+_PREFIXES = (("model.visual.", "visual."), ("visual.", "visual."), ("model.language_model.", "text."),
+             ("language_model.", "text."), ("model.", "text."))
+
+
+def text_config(vl_config):
+    """The decoder's config as wde-qwen2-bidir reads a Qwen2 one (Qwen2-VL's q/k/v have biases)."""
+    text = copy.deepcopy(vl_config.text_config)
+    text.model_type = "qwen2"
+    return text
+
+
+def map_vl_name(model, name: str):
+    """``(parameter, rows)`` of ``model`` (a ``text`` decoder and a ``visual`` tower) for a Qwen2-VL checkpoint name;
+    ``None`` for the language-model head."""
+    if name.startswith(("lm_head.", "model.lm_head.")):
+        return None
+    for prefix, ours in _PREFIXES:
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            if ours == "visual.":
+                return ours + rest, None
+            mapped = model.text.map_checkpoint_name(rest)
+            return None if mapped is None else ("text." + mapped[0], mapped[1])
+    return name, None
+
+
+def mrope_positions(token_ids: list[int], grid: tuple[int, int, int] | None, image_token_id: int,
+                    merge: int) -> torch.Tensor:
+    """``[3, n]`` positions of one sequence as transformers' ``get_rope_index`` makes them: text tokens count on in
+    all three; an image's merged patches take (start, start + row, start + column), and the text after it starts
+    at start + max(rows, columns)."""
+    out, current, i = [], 0, 0
+    while i < len(token_ids):
+        if token_ids[i] == image_token_id and grid is not None:
+            t, h, w = grid[0], grid[1] // merge, grid[2] // merge
+            tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+            out.append(torch.stack((tt, hh, ww)).reshape(3, -1) + current)
+            i, current = i + t * h * w, current + max(h, w)
+        else:
+            j = i
+            while j < len(token_ids) and not (token_ids[j] == image_token_id and grid is not None):
+                j += 1
+            out.append(torch.arange(current, current + j - i).expand(3, -1))
+            i, current = j, current + j - i
+    return torch.cat(out, dim=1)
+
+
+def mrope_rotary(tables, positions: torch.Tensor, sections: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin ``[T, head_dim]`` for ``[3, T]`` positions: frequencies of section ``k`` (``sections`` over half the
+    head) take position component ``k``, as transformers' ``recomposition_frequencies``."""
+    component = torch.cat([torch.full((size,), k % 3) for k, size in enumerate(sections)])
+    component = torch.cat((component, component)).to(positions.device)
+    dims = torch.arange(component.numel(), device=positions.device)
+    picked = positions[component]  # [head_dim, T]: each dimension's position component
+    return tables.cos[picked, dims[:, None]].T, tables.sin[picked, dims[:, None]].T
