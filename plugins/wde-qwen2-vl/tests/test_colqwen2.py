@@ -110,3 +110,28 @@ def test_bad_inputs_are_refused_naming_them(colqwen2):
         with pytest.raises(ValueError, match="takes no prompt"):
             engine.encode(QUERIES, output="multi_vector", prompt="query: ")
         assert len(engine.encode(QUERIES, output="multi_vector")) == 3  # it still serves
+
+
+@pytest.mark.slow
+def test_real_colqwen2_widths_match_at_full_page_resolution(tmp_path):
+    # no ColQwen2 checkpoint can be installed from a package index here, so the real model's shapes are checked with
+    # random weights: ColQwen2-v1.0's widths (vision 1280 wide, 16 heads of 80; decoder 1536 wide, 12 heads of 128,
+    # 2 key/value heads, MLP 8960; 128-dim vectors), one layer each, a page at its 768 merged patches (3,072 patches)
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    text = dict(hidden_size=1536, num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
+                num_hidden_layers=1, max_position_embeddings=32768,
+                rope_parameters={"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1000000.0})
+    vision = dict(depth=1, embed_dim=1280, hidden_size=1536, num_heads=16, mlp_ratio=4)
+    directory = save_random_colqwen2(tmp_path / "colqwen2-v1.0-shape", text=text, vision=vision, embedding_dim=128,
+                                     max_pixels=768 * 28 * 28)
+    reference = ColQwen2ForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
+    processor = ColQwen2Processor.from_pretrained(directory)
+    from PIL import Image
+
+    page = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
+    expected = reference_vectors(reference, processor, [page, QUERIES[0]])
+    with Engine(str(directory), device="cpu") as engine:
+        got = engine.encode([page, QUERIES[0]], output="multi_vector")
+    assert got[0].shape == (expected[0].shape[0], 128) and expected[0].shape[0] > 700
+    assert max(np.abs(g - e).max() for g, e in zip(got, expected)) <= 1e-4
