@@ -80,6 +80,7 @@ class QueryPageTokenizer:
         from transformers import AutoProcessor
 
         self.processor = AutoProcessor.from_pretrained(str(pipeline.model.path))
+        self.tokenizer = self.processor.tokenizer  # what the server's /tokenize and /decode read
         self.max_len = pipeline.settings.max_model_len
         self.image_token_id = vl_config(pipeline.model.config).image_token_id
         self.placeholders = [t for t in (getattr(self.processor, "image_token", None),

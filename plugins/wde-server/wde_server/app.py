@@ -91,7 +91,7 @@ async def start_models(models: ModelSet, options: ServerOptions, metrics: Metric
     for model in models:
         if model.task == "embed":  # a text and an image, as the model reads them
             items = ["warm up"] * model.reads_texts + [{"image": tiny_png()}] * model.reads_images
-            await model.engine.call("encode", items or ["warm up"])
+            await model.engine.call("encode", items or ["warm up"], output=model.outputs[0])
         elif model.task in WARM_UP:
             method, args = WARM_UP[model.task]
             await model.engine.call(method, *args)

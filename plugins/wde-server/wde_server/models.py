@@ -21,6 +21,8 @@ TASK_ROUTES = {
     "token_classify": ("/pooling", "/token_classification"),
 }
 COMMON_ROUTES = ("/tokenize", "/decode", "/info", "/v1/models")
+# a late-interaction model (ColQwen2: output="multi_vector", no pooled vector): its token vectors, MaxSim rankings
+MULTI_VECTOR_ROUTES = ("/embed_all", "/v1/rerank", "/v2/rerank", "/rerank")
 
 
 class ServedModel:
@@ -48,7 +50,18 @@ class ServedModel:
         routes = TASK_ROUTES.get(self.task, ())
         if "sparse" in self.outputs:
             routes += ("/embed_sparse",)
+        if "multi_vector" in self.outputs:
+            routes = MULTI_VECTOR_ROUTES
         return routes + COMMON_ROUTES
+
+    def rerank_call(self, query: str, documents: list, **kwargs: Any):
+        """The prepared ranking of ``documents`` for ``query``: the cross-encoder's ``rerank``, or for a late-interaction
+        model ``multi_vector_rerank`` (MaxSim), ``data:image/...`` documents read as page images."""
+        if "multi_vector" not in self.outputs:
+            return self.sync.prepare("rerank", query, documents, **kwargs)
+        pages = [{"image": d} if self.reads_images and d.startswith("data:image/") else d for d in documents]
+        kwargs.pop("raw_scores", None)  # MaxSim scores have no activation to leave out
+        return self.sync.prepare("multi_vector_rerank", query, pages, **kwargs)
 
     def check_route(self, route: str) -> None:
         """Refuse a route this model's task does not serve, naming the ones it does (400)."""
@@ -63,7 +76,7 @@ class ServedModel:
 
     async def calibrate(self, texts: Sequence[str]) -> None:
         """Per-dimension ranges for int8/uint8 output, from the embeddings of ``texts``."""
-        if self.task != "embed":
+        if self.task != "embed" or "dense" not in self.outputs:
             return
         vectors = np.asarray(await self.engine.encode(list(texts), normalize=None), dtype=np.float32)
         self.ranges = np.vstack((vectors.min(axis=0), vectors.max(axis=0)))

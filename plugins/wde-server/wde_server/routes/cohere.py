@@ -86,9 +86,9 @@ async def rerank(body: RerankRequest, request: Request, route: str):
     timing = Timing()
 
     def prepare():
-        cut = documents if body.max_tokens_per_doc is None else [first_tokens(model, d, body.max_tokens_per_doc)
-                                                                  for d in documents]
-        return model.sync.prepare("rerank", body.query, cut, top_n=body.top_n, truncate=True)
+        cut = documents if body.max_tokens_per_doc is None else [
+            d if d.startswith("data:image/") else first_tokens(model, d, body.max_tokens_per_doc) for d in documents]
+        return model.rerank_call(body.query, cut, top_n=body.top_n, truncate=True)
 
     ranked = await run(model, prepare, timing, request=request)
     results = [RerankResult(index=r["index"], relevance_score=r["score"],

@@ -52,16 +52,20 @@ async def embed_sparse(body: TeiSparseRequest, request: Request, model: str | No
 
 @router.post("/embed_all", response_model=list[list[list[float]]])
 async def embed_all(body: TeiEmbedAllRequest, request: Request, model: str | None = None):
-    """Every token's vector (late chunking); a model with ColBERT vectors (bge-m3) returns those."""
+    """Every token's vector (late chunking); a model with ColBERT vectors (bge-m3) or late-interaction vectors
+    (ColQwen2) returns those."""
     served = model_for(request, model, "/embed_all")
     inputs = as_list(body.inputs)
     check_batch(request, inputs, "inputs", 422)
     policy = truncation(body.truncate, body.truncation_direction, request)
     prompt_name = prompt_for(served, body.prompt_name)
     timing = Timing()
-    if "colbert" in served.outputs:
+    late = next((name for name in ("colbert", "multi_vector") if name in served.outputs), None)
+    if late == "multi_vector" and served.reads_images:  # a page as a data:image/... URL
+        inputs = [{"image": x} if isinstance(x, str) and x.startswith("data:image/") else x for x in inputs]
+    if late is not None:  # bge-m3's ColBERT vectors; a late-interaction model's (ColQwen2) token vectors
         prepare = embed_call(served, inputs, truncate=policy, field_name="inputs", prompt_name=prompt_name,
-                             options=EmbedOptions(output=("colbert",)), output="colbert")
+                             options=EmbedOptions(output=(late,)), output=late)
     else:
         prepare = token_embed_call(served, inputs, truncate=policy, field_name="inputs",
                                    normalize=body.normalize, prompt_name=prompt_name)
@@ -76,8 +80,8 @@ async def rerank(body: TeiRerankRequest, request: Request, model: str | None = N
     check_batch(request, body.texts, "texts", 422)
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
-    ranked = await run(served, lambda: served.sync.prepare("rerank", body.query, body.texts, raw_scores=body.raw_scores,
-                                                           truncate=truncate), timing, request=request)
+    ranked = await run(served, lambda: served.rerank_call(body.query, body.texts, raw_scores=body.raw_scores,
+                                                          truncate=truncate), timing, request=request)
     out = [TeiRank(index=r["index"], score=r["score"], text=body.texts[r["index"]] if body.return_text else None)
            for r in ranked]
     return answer(request, [r.model_dump(exclude_none=True) for r in out], timing, served)
