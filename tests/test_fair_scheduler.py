@@ -303,3 +303,13 @@ def test_the_budget_follows_the_prefix_all_members_share():
                                                          shared_prefix="q")]
     s.add(diverging)  # with the last one the group shares 30 tokens: 100 + 70 + 70 + 70 > 200
     assert [len(b) for b in drain(s)] == [3, 1]
+
+
+def test_an_image_inputs_vision_tokens_count_against_the_budget():
+    pages = [Request(i, None, token_ids=[0] * 270, vision_tokens=1000) for i in range(5)]  # 1,270 tokens of work each
+    s = scheduler(3000)
+    s.add(pages)
+    assert [len(b) for b in drain(s)] == [2, 2, 1]
+    s = scheduler(1000)  # a page over the budget still runs, alone
+    s.add([Request(i, None, token_ids=[0] * 270, vision_tokens=1000) for i in range(2)])
+    assert [len(b) for b in drain(s)] == [1, 1]

@@ -68,6 +68,8 @@ class Request:
     scheduled_at: float | None = None  # time.perf_counter() when its batch was formed
     shared_prefix: str | None = None  # requests with the same key begin with the same text: a causal model's
     # batch may hold their common leading tokens once (wde_core.stages.shared_prefix)
+    vision_tokens: int = 0  # patches an image input runs through a vision tower before its tokens: the scheduler
+    # counts them against the batch's token budget too
 
     @property
     def num_tokens(self) -> int:

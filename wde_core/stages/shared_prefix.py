@@ -81,18 +81,18 @@ class BatchTokens:
         self.groups: dict[str, _Group] = {}
 
     def with_request(self, request: Request) -> tuple[int, _Group | None]:
-        """The batch's tokens if ``request`` joined, and its group's new state."""
-        key = request.shared_prefix
+        """The batch's tokens (an image input's vision tokens included) if ``request`` joined, and its group's new
+        state."""
+        key, total = request.shared_prefix, self.total + request.vision_tokens
         if key is None or not self.sharing:
-            return self.total + request.num_tokens, None
+            return total + request.num_tokens, None
         group = self.groups.get(key)
         if group is None:
-            return self.total + request.num_tokens, _Group(request.token_ids, request.num_tokens - 1, 1,
-                                                           request.num_tokens)
+            return total + request.num_tokens, _Group(request.token_ids, request.num_tokens - 1, 1, request.num_tokens)
         common = len(os.path.commonprefix([group.first, request.token_ids]))
         joined = _Group(group.first, min(group.shared, common, request.num_tokens - 1), group.count + 1,
                         group.total + request.num_tokens)
-        return self.total - group.tokens() + joined.tokens(), joined
+        return total - group.tokens() + joined.tokens(), joined
 
     def add(self, request: Request) -> None:
         """``request`` joins the batch."""

@@ -26,14 +26,14 @@ def wde_register_architectures(register):
     (GME, DSE) as single-vector embedders on qwen2-vl-embed."""
     register(ArchitectureLink(
         architecture="ColQwen2ForRetrieval", task="embed", workflow="colqwen2", model="wde_qwen2_vl.model:ColQwen2",
-        defaults={"pooling": "last", "normalize": False, "max_model_len": 8192},  # pages of up to ~8k tokens
+        defaults={"pooling": "last", "normalize": False, "max_model_len": 4096},  # ColQwen2-v1.0's pages: ~790
         configure="wde_qwen2_vl.settings:configure",
         description="ColQwen2: text queries and page images -> one vector per token (output='multi_vector')",
     ))
     for architecture in ("Qwen2VLForConditionalGeneration", "Qwen2VLModel"):
         register(ArchitectureLink(
             architecture=architecture, task="embed", workflow="qwen2-vl-embed",
-            model="wde_qwen2_vl.embedder:Qwen2VLEmbedder", defaults={"max_model_len": 8192},
+            model="wde_qwen2_vl.embedder:Qwen2VLEmbedder", defaults={"max_model_len": 4096},
             configure="wde_qwen2_vl.settings:configure_embedder",
             description="Qwen2-VL embedder (GME, DSE): texts, images and text + image inputs -> last-token vectors",
         ))

@@ -133,6 +133,7 @@ class QueryPageTokenizer:
         grid = tuple(int(x) for x in encoded["image_grid_thw"][0])
         request.token_ids = encoded["input_ids"][0].tolist()
         request.image = PagePixels(encoded["pixel_values"][0][: grid[0] * grid[1] * grid[2]].clone(), grid)
+        request.vision_tokens = grid[0] * grid[1] * grid[2]  # the vision tower's rows: the scheduler counts them
 
 
 @dataclass
@@ -246,6 +247,7 @@ class VisionTextTokenizer(QueryPageTokenizer):
             text = VISION.replace("<|image_pad|>", "<|image_pad|>" * blocks) + request.text
             request.token_ids = self.tokenizer(text, return_attention_mask=False)["input_ids"]
             request.image = PagePixels(processed["pixel_values"], grid)
+            request.vision_tokens = grid[0] * grid[1] * grid[2]
         self.check_lengths(requests, "image input")
 
 
