@@ -49,9 +49,7 @@ class SdpaAttention:
             meta.blocks = plan_blocks(seq_lens, causal)
             return meta
         lens = torch.tensor(seq_lens)
-        seq_of_token = torch.repeat_interleave(torch.arange(batch), lens)
-        offset_in_seq = torch.arange(int(lens.sum())) - cu_seqlens[:-1].long()[seq_of_token]
-        meta.pad_index = seq_of_token * longest + offset_in_seq
+        meta.pad_index = _pad_index(seq_lens, longest)
         valid_key = torch.arange(longest)[None, :] < lens[:, None]
         mask = valid_key[:, None, None, :]
         if causal:

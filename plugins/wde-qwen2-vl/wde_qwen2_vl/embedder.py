@@ -9,7 +9,7 @@ from torch import nn
 
 from wde_qwen2_bidir.public import DecoderEmbedder
 from wde_qwen2_vl.vision import VisionTower
-from wde_qwen2_vl.vl_decoder import map_vl_name, mrope_rotary, text_config
+from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, mrope_rotary, text_config
 
 
 class Qwen2VLEmbedder(nn.Module):
@@ -25,10 +25,7 @@ class Qwen2VLEmbedder(nn.Module):
     def forward(self, model_input) -> torch.Tensor:
         """Token embeddings, the images' merged patches at their ``<|image_pad|>`` tokens, then the decoder at each
         token's (temporal, row, column) positions."""
-        x = self.text.embed_tokens(model_input.input_ids)
-        if model_input.pixel_patches is not None:
-            images = self.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata)
-            x = x.index_copy(0, model_input.image_token_index, images.to(x.dtype))
+        x = embed_with_images(self, model_input)
         return self.text.decode(x, model_input, mrope_rotary(self.text.rotary, model_input.mrope_positions,
                                                              self.sections))
 

@@ -13,7 +13,7 @@ from torch import nn
 from wde_core.plugin_api import Linear
 from wde_qwen2_bidir.public import DecoderEmbedder
 from wde_qwen2_vl.vision import VisionTower
-from wde_qwen2_vl.vl_decoder import map_vl_name, text_config
+from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, text_config
 
 
 class ColQwen2(nn.Module):
@@ -28,10 +28,7 @@ class ColQwen2(nn.Module):
 
     def forward(self, model_input) -> dict[str, torch.Tensor]:
         """Token embeddings, the images' merged patches put at their ``<|image_pad|>`` tokens, then the decoder."""
-        x = self.text.embed_tokens(model_input.input_ids)
-        if model_input.pixel_patches is not None:
-            images = self.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata)
-            x = x.index_copy(0, model_input.image_token_index, images.to(x.dtype))
+        x = embed_with_images(self, model_input)
         hidden = self.text.decode(x, model_input)
         heads = {"hidden": hidden}
         if "multi_vector" in model_input.outputs:

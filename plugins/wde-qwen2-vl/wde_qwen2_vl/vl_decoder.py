@@ -64,3 +64,13 @@ def mrope_rotary(tables, positions: torch.Tensor, sections: list[int]) -> tuple[
     dims = torch.arange(component.numel(), device=positions.device)
     picked = positions[component]  # [head_dim, T]: each dimension's position component
     return tables.cos[picked, dims[:, None]].T, tables.sin[picked, dims[:, None]].T
+
+
+def embed_with_images(model, model_input) -> torch.Tensor:
+    """Token embeddings of ``model`` (a ``text`` decoder and a ``visual`` tower), the batch's images' merged patches
+    put at their ``<|image_pad|>`` tokens."""
+    x = model.text.embed_tokens(model_input.input_ids)
+    if model_input.pixel_patches is None:
+        return x
+    images = model.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata)
+    return x.index_copy(0, model_input.image_token_index, images.to(x.dtype))
