@@ -647,3 +647,41 @@ def _with_alpha(picture, rng):
     rgba = picture.convert("RGBA")
     rgba.putalpha(alpha)
     return rgba
+
+
+# --- ColPali (wde-paligemma's tests) ---------------------------------------------------------------------------
+COLPALI_TEXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=1, head_dim=16, max_position_embeddings=512)
+COLPALI_VISION = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, patch_size=4,
+                      image_size=30, vision_use_head=False)  # 30 px: a 7 x 7 grid, the last 2 pixel rows unused
+
+
+def save_random_colpali(directory, seed: int = 0, *, text: dict | None = None, vision: dict | None = None,
+                        embedding_dim: int = 16):
+    """A random ``ColPaliForRetrieval`` (PaliGemma: a SigLIP tower, a Gemma decoder) with the tiny BPE as its
+    tokenizer (``<bos>`` and ``<image>`` added) and a PIL ``SiglipImageProcessor``, saved with their
+    ``ColPaliProcessor`` (which adds PaliGemma's location and segmentation tokens: the vocabulary is its length)."""
+    import torch
+    from transformers import (AutoTokenizer, ColPaliConfig, ColPaliForRetrieval, ColPaliProcessor, PaliGemmaConfig,
+                              SiglipImageProcessorPil)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    write_decoder_tokenizer(directory)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"bos_token": "<bos>", "additional_special_tokens": ["<image>"]})
+    vision = {**COLPALI_VISION, **(vision or {})}
+    images = SiglipImageProcessorPil(size={"height": vision["image_size"], "width": vision["image_size"]})
+    images.image_seq_length = (vision["image_size"] // vision["patch_size"]) ** 2
+    processor = ColPaliProcessor(image_processor=images, tokenizer=tokenizer)
+    text = {**COLPALI_TEXT, **(text or {}), "vocab_size": len(tokenizer)}
+    vlm = PaliGemmaConfig(vision_config=vision, text_config=text, image_token_index=processor.image_token_id,
+                          vocab_size=len(tokenizer), projection_dim=text["hidden_size"], hidden_size=text["hidden_size"])
+    torch.manual_seed(seed)
+    model = ColPaliForRetrieval(ColPaliConfig(vlm_config=vlm, embedding_dim=embedding_dim)).eval()
+    with torch.no_grad():  # HF starts Gemma's (1 + w) norm weights at zero, SigLIP's norms at 1 and biases at 0
+        for name, param in model.named_parameters():
+            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", ".bias")):
+                param.add_(torch.randn_like(param) * 0.1)
+    model.save_pretrained(directory)
+    processor.save_pretrained(directory)
+    return directory

@@ -117,7 +117,8 @@ def _max_model_len(directory, args, offset: int, cap: tuple[int, str] | None, re
                    plugin_default: tuple[Any, str]) -> int:
     """As sentence-transformers: the smaller of the tokenizer's and the positions', capped at a plugin's limit."""
     st, config = directory.st, directory.config
-    limit = int(getattr(config, "max_position_embeddings", 0) or 0) - offset or None
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)  # 0: a nested config's (the plugin caps)
+    limit = positions - offset if positions else None
     tokenizer = st.tokenizer_max_length if limit is None or (st.tokenizer_max_length or limit) < limit else None
     max_len = pick("max_model_len", reasons, (args.max_model_len, "engine argument max_model_len"),
                    (st.max_seq_length, "sentence_bert_config.json"),

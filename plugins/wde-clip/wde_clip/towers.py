@@ -180,13 +180,18 @@ class VisionTower(nn.Module):
         self.post_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.head = AttentionPoolingHead(config) if siglip and getattr(config, "vision_use_head", True) else None
 
-    def forward(self, batch) -> torch.Tensor:
-        """``[images, H]`` from a batch's preprocessed images (``pixel_values``, ``image_lens``, metadata)."""
+    def patch_states(self, batch) -> torch.Tensor:
+        """Every token's last state ``[images * tokens, H]`` (SigLIP: after ``post_layernorm``, as its
+        ``last_hidden_state``), from ``pixel_values`` and ``image_metadata``: what a vision-language model reads."""
         x = self.embeddings(batch)
         if self.pre_layrnorm is not None:
             x = self.pre_layrnorm(x)
-        x = self.post_layernorm(self.encoder(x, batch.image_metadata)) if self.siglip else \
-            self.encoder(x, batch.image_metadata)
+        x = self.encoder(x, batch.image_metadata)
+        return self.post_layernorm(x) if self.siglip else x
+
+    def forward(self, batch) -> torch.Tensor:
+        """``[images, H]`` from a batch's preprocessed images (``pixel_values``, ``image_lens``, metadata)."""
+        x = self.patch_states(batch)
         if self.head is not None:
             return self.head(x, batch.image_lens)
         firsts = batch.image_starts

@@ -90,7 +90,8 @@ class GemmaEmbedder(nn.Module):
         if getattr(config, "attn_logit_softcapping", None) is not None:
             raise ValueError("gemma3: attn_logit_softcapping is not supported by wde-gemma")
         kinds = layer_types(config)
-        max_len = getattr(settings, "max_model_len", None) or config.max_position_embeddings
+        max_len = (getattr(settings, "max_model_len", None) or config.max_position_embeddings) + \
+            getattr(settings, "position_offset", 0)  # PaliGemma counts positions from 1
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_scale = config.hidden_size ** 0.5
         self.rotary = nn.ModuleDict({kind: RotaryTables(_rope_config(config, kind), max_len)
@@ -103,8 +104,16 @@ class GemmaEmbedder(nn.Module):
 
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
-        x = self.embed_tokens(model_input.input_ids)
-        x = x * torch.tensor(self.embed_scale, dtype=x.dtype)
+        return self.decode(self.scaled_embeddings(model_input.input_ids), model_input)
+
+    def scaled_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The tokens' embeddings times ``sqrt(hidden_size)`` (in the embeddings' dtype, as transformers does)."""
+        x = self.embed_tokens(input_ids)
+        return x * torch.tensor(self.embed_scale, dtype=x.dtype)
+
+    def decode(self, x: torch.Tensor, model_input) -> torch.Tensor:
+        """The layers and the final norm over input embeddings ``x [T, H]`` (a vision-language model's image
+        features among them) at ``model_input``'s positions and attention."""
         rope = {kind: tables(model_input.positions) for kind, tables in self.rotary.items()}
         for layer in self.layers:
             x = layer(x, rope, model_input.attn_metadata)

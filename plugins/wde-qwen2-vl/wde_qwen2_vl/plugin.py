@@ -17,7 +17,7 @@ def wde_register_tasks(register):
     register(Task("late_interaction", {"multi_vector_scores": "wde_qwen2_vl.tasks:multi_vector_scores",
                                        "multi_vector_rerank": "wde_qwen2_vl.tasks:multi_vector_rerank"},
                   inputs="queries (str) and documents (page images or texts)", served_by=("embed",),
-                  description="MaxSim scores between multi-vector queries and documents (ColQwen2)"))
+                  description="MaxSim scores between multi-vector queries and documents (ColQwen2, ColPali)"))
 
 
 @hookimpl

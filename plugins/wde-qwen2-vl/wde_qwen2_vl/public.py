@@ -1,5 +1,7 @@
 """What users and other plugins may use of wde-qwen2-vl: ``maxsim``, late-interaction scores between token vectors
-(``encode(..., output="multi_vector")`` results), the vision tower and the multimodal rotary positions."""
+(``encode(..., output="multi_vector")`` results), the vision tower and the multimodal rotary positions; and for other
+late-interaction models (ColPali), the query/page tokenizer to build on. Their workflows may name this plugin's
+``query-page`` input processor and ``multi-vector`` output processor, and its ``late_interaction`` task serves them."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from wde_qwen2_vl.stages import QueryPageTokenizer
 from wde_qwen2_vl.vision import VisionTower, patch_positions
 from wde_qwen2_vl.vl_decoder import mrope_positions
 
@@ -22,4 +25,4 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
     return scores
 
 
-__all__ = ["maxsim", "mrope_positions", "VisionTower", "patch_positions"]
+__all__ = ["maxsim", "mrope_positions", "VisionTower", "patch_positions", "QueryPageTokenizer"]

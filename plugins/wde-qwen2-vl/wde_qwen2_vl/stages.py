@@ -22,27 +22,35 @@ VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image place
 
 
 def vl_config(config):
-    """The Qwen2-VL config of a model directory (ColQwen2's ``vlm_config``, else the config itself)."""
+    """The vision-language config of a model directory (ColQwen2's and ColPali's ``vlm_config``, else the config
+    itself)."""
     return getattr(config, "vlm_config", config)
 
 
+def model_name(pipeline) -> str:
+    """The late-interaction model's name for messages: ``ColQwen2ForRetrieval`` -> ``ColQwen2``."""
+    architectures = list(getattr(pipeline.model, "architectures", None) or ["this model"])
+    return architectures[0].removesuffix("ForRetrieval")
+
+
 class QueryPageInputProcessor:
-    """A text (query), an image (page), or a list mixing them, refused item by item before any work."""
+    """A text (query), an image (page), or a list mixing them, refused item by item before any work (ColQwen2's and
+    ColPali's)."""
 
     def __init__(self, pipeline) -> None:
-        pass
+        self.name = model_name(pipeline)
 
     def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
                 options: EmbedOptions | None = None) -> list[Request]:
         """One request per item; images carry their :class:`ImageInput`."""
         if isinstance(options, TokenEmbedOptions):
-            raise ValueError("embed_tokens(): ColQwen2's token vectors are encode(..., output='multi_vector')")
+            raise ValueError(f"embed_tokens(): {self.name}'s token vectors are encode(..., output='multi_vector')")
         if prompt is not None or prompt_name is not None:
-            raise ValueError("ColQwen2 lays out queries and pages with its processor's own prefixes; it takes no "
+            raise ValueError(f"{self.name} lays out queries and pages with its processor's own prefixes; it takes no "
                              "prompt or prompt_name")
         options = options or EmbedOptions(output=OUTPUTS)
         if getattr(options, "dimensions", None) is not None:
-            raise ValueError("dimensions: ColQwen2's vectors are not Matryoshka-trained; leave dimensions unset")
+            raise ValueError(f"dimensions: {self.name}'s vectors are not Matryoshka-trained; leave dimensions unset")
         items = [inputs] if isinstance(inputs, str) or as_image_input(inputs) is not None else inputs
         if not isinstance(items, Sequence) or isinstance(items, (bytes, dict)):
             raise TypeError(f"inputs: expected a query, a page image or a list of them, got {type(inputs).__name__}")
@@ -80,6 +88,7 @@ class QueryPageTokenizer:
         from transformers import AutoProcessor
 
         self.processor = AutoProcessor.from_pretrained(str(pipeline.model.path))
+        self.name = model_name(pipeline)
         self.tokenizer = self.processor.tokenizer  # what the server's /tokenize and /decode read
         self.max_len = pipeline.settings.max_model_len
         self.image_token_id = vl_config(pipeline.model.config).image_token_id
@@ -89,7 +98,8 @@ class QueryPageTokenizer:
     def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill token ids (and pages' pixels); over ``max_model_len``: a query is cut when ``truncate``, a page refused."""
         if truncate not in (True, False):
-            raise ValueError(f"truncate={truncate!r}: ColQwen2 embeds a query or page whole or cut; pass True or False")
+            raise ValueError(f"truncate={truncate!r}: {self.name} embeds a query or page whole or cut; pass True or "
+                             "False")
         queries = [r for r in requests if r.image is None]
         self.check_placeholders(queries, "query")
         self.tokenize_queries(queries, truncate)
