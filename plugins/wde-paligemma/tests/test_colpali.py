@@ -111,3 +111,30 @@ def test_paligemma_2_is_refused_by_name(tmp_path):
     ColPaliConfig(vlm_config=vlm, architectures=["ColPaliForRetrieval"]).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="text_config.model_type='gemma2'.*not PaliGemma 2's"):
         Engine(str(tmp_path), device="cpu")
+
+
+@pytest.mark.slow
+def test_real_colpali_widths_match_at_full_page_resolution(tmp_path):
+    # no ColPali checkpoint can be installed from a package index here, so the real model's shapes are checked with
+    # random weights: ColPali-v1.3's widths (SigLIP-So400m: 1152 wide, 16 heads, MLP 4304, 448 px in patches of 14,
+    # 1,024 image tokens; Gemma-2B: 2048 wide, 8 heads of 256, 1 key/value head, MLP 16384; 128-dim vectors), one
+    # layer each (the tiny tokenizer's vocabulary instead of 257k rows)
+    from transformers import ColPaliForRetrieval, ColPaliProcessor
+
+    text = dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=1, num_attention_heads=8,
+                num_key_value_heads=1, head_dim=256, max_position_embeddings=8192)
+    vision = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=1, num_attention_heads=16,
+                  patch_size=14, image_size=448)
+    directory = save_random_colpali(tmp_path / "colpali-v1.3-shape", text=text, vision=vision, embedding_dim=128)
+    reference = ColPaliForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
+    processor = ColPaliProcessor.from_pretrained(directory)
+    from PIL import Image
+
+    page = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
+    expected = reference_vectors(reference, processor, [page, QUERIES[0]])
+    with Engine(str(directory), device="cpu") as engine:
+        got = engine.encode([page, QUERIES[0]], output="multi_vector")
+    assert got[0].shape == (expected[0].shape[0], 128) and expected[0].shape[0] > 1024
+    worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
+    print(f"ColPali-v1.3 widths: max abs diff {worst:.2e}")
+    assert worst <= 1e-4
