@@ -39,7 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # plan of which requests share how many tokens, the builder packing each prefix once, the scheduler counting it
 # once, the backends' keys of their own per sequence (SharedKeys; eager, SDPA's padded path, flash's cu_seqlens_k)
 # (137 lines) raised it to 3,202; the rerankers' marking lives in wde-qwen2-bidir, the kernel's in wde-cpu-kernels.
-CODE_LINE_BUDGET = 3202
+# Issue 30 asked for the pipeline_parallel executor (wde-pipeline-parallel): the pipeline_parallel_size engine
+# argument, ModelWorker.materialize (a stage leaves other stages' weights on meta), the loader skipping meta
+# parameters, and BERT's cut points (6 lines) raised it to 3,208; the split, stages and transfers live in the plugin.
+CODE_LINE_BUDGET = 3208
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

@@ -36,6 +36,7 @@ class EngineArgs:
     num_replicas: int | None = None
     threads_per_replica: int | None = None
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
     long_inputs: str = "truncate"
     variant: str | None = None  # an architecture link's variant, chosen whatever its matcher says
     quantization: str | None = None
@@ -47,7 +48,7 @@ class EngineArgs:
             if value not in allowed and not (name in ("pooling", "quantization") and value is None):
                 raise ValueError(f"engine argument {name}={value!r}: expected one of {', '.join(allowed)}")
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "num_threads", "num_replicas",
-                     "threads_per_replica", "tensor_parallel_size"):
+                     "threads_per_replica", "tensor_parallel_size", "pipeline_parallel_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"engine argument {name}={value!r}: expected a positive integer")

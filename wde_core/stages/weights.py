@@ -67,7 +67,8 @@ def _iter_bin(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tensor]], *, source: str = "") -> None:
     """Copy ``weights`` into ``model``; raise :class:`WeightsError` naming any misfit."""
-    params = dict(model.named_parameters())
+    declared = dict(model.named_parameters())
+    params = {name: param for name, param in declared.items() if not param.is_meta}  # meta: not held here
     filled: dict[str, int] = {}
     unexpected: list[str] = []
     for name, tensor in weights:
@@ -77,7 +78,8 @@ def load_weights(model: torch.nn.Module, weights: Iterator[tuple[str, torch.Tens
         param_name, rows = mapped
         param = params.get(param_name)
         if param is None:
-            unexpected.append(name)
+            if param_name not in declared:
+                unexpected.append(name)
             continue
         module, _, attr = param_name.rpartition(".")
         shard = getattr(model.get_submodule(module), "shard_checkpoint", None)

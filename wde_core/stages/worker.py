@@ -31,7 +31,7 @@ class ModelWorker:
         checkpoint_files(p.model.path)  # no weights: say so before allocating the model
         with torch.device("meta"):
             model = model_cls(p.model.config, self.attention, p.settings)
-        model = model.to_empty(device=self.device).to(p.dtype)
+        model = self.materialize(model)
         extra = getattr(model, "extra_checkpoint_files", {})
         load_weights(model, iter_checkpoint(p.model.path, extra), source=str(p.model.path))
         if hasattr(model, "after_load_weights"):
@@ -43,6 +43,11 @@ class ModelWorker:
             import_target(p.quantize)(model)
         self.model = model.eval().requires_grad_(False)
         self.pooler = Pooler(p.settings, self.model, load_dense_modules(p.model.st.dense, self.device))
+
+    def materialize(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The meta-built model on the worker's device and dtype, uninitialized; a subclass may leave weights on the
+        meta device (a pipeline stage: other stages' layers), which the loader then neither fills nor asks for."""
+        return model.to_empty(device=self.device).to(self.pipeline.dtype)
 
     @torch.inference_mode()
     def execute(self, model_input: ModelInput) -> dict[str, torch.Tensor]:

@@ -69,6 +69,7 @@ class BertEncoder(nn.Module):
     """``BertModel`` without its pooler: packed tokens in, last hidden states ``[T, H]`` out."""
 
     supports_tensor_parallel = True
+    pipeline_layers, pipeline_inputs = "layers", ("embeddings",)  # cut points (wde-pipeline-parallel)
     checkpoint_prefix = "bert."
     skipped_prefixes = ("pooler.", "cls.", "embeddings.position_ids")
 

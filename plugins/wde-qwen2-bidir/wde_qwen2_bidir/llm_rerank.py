@@ -79,6 +79,11 @@ class AnswerRows:
             self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
         self.answer_rows = None
 
+    @property
+    def pipeline_tied(self) -> tuple[str, ...]:
+        """Under pipeline parallelism the last stage reads the tied embeddings while loading, to cut the answer rows."""
+        return ("embed_tokens",) if self.tied else ()
+
     def after_load_weights(self) -> None:
         """The base model's buffers, then keep only the answer rows of the head (tied: of the embeddings)."""
         super().after_load_weights()

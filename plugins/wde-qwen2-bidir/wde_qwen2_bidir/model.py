@@ -110,6 +110,7 @@ class DecoderEmbedder(nn.Module):
     """
 
     supports_tensor_parallel = True
+    pipeline_layers, pipeline_inputs = "layers", ("embed_tokens",)  # cut points (wde-pipeline-parallel)
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
