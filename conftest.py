@@ -685,3 +685,57 @@ def save_random_colpali(directory, seed: int = 0, *, text: dict | None = None, v
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
     return directory
+
+
+# --- ColQwen2.5 / Qwen2.5-VL (wde-qwen2-vl's windowed tower) -------------------------------------------------------
+QWEN2_5_VL_VISION = dict(depth=3, hidden_size=32, out_hidden_size=64, intermediate_size=48, num_heads=2,
+                         window_size=56, fullatt_block_indexes=[1], patch_size=14, spatial_merge_size=2,
+                         temporal_patch_size=2, in_channels=3)
+
+
+def qwen2_5_vl_config(directory, *, text: dict | None = None, vision: dict | None = None):
+    """:func:`qwen2_vl_config`'s tokenizer and decoder under a small ``Qwen2_5_VLConfig``: 3 vision blocks (RMSNorm,
+    gated MLP), windows of 2x2 merged patches (56 px), full attention in block 1; ``text``/``vision`` override."""
+    from transformers import Qwen2_5_VLConfig
+
+    tokenizer, base = qwen2_vl_config(directory, text=text)
+    decoder = {k: v for k, v in base.text_config.to_dict().items() if k != "model_type"}
+    config = Qwen2_5_VLConfig(text_config=decoder, vision_config={**QWEN2_5_VL_VISION, **(vision or {})},
+                              image_token_id=base.image_token_id, video_token_id=base.video_token_id,
+                              vision_start_token_id=base.vision_start_token_id)
+    return tokenizer, config
+
+
+def save_random_colqwen2_5(directory, seed: int = 0, *, text: dict | None = None, vision: dict | None = None,
+                           embedding_dim: int = 16, max_pixels: int = 48 * 28 * 28):
+    """A random ``ColQwen2ForRetrieval`` on a Qwen2.5-VL backbone (:func:`qwen2_5_vl_config`: ColQwen2.5) and a
+    ``Qwen2VLImageProcessor`` allowing 4 merged patches an image up to ``max_pixels``, with their
+    ``ColQwen2Processor``."""
+    import torch
+    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLImageProcessor
+
+    tokenizer, vlm = qwen2_5_vl_config(directory, text=text, vision=vision)
+    torch.manual_seed(seed)
+    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=embedding_dim)).eval()
+    _randomize_norms(model, seed)
+    model.save_pretrained(directory)
+    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels),
+                                  tokenizer=tokenizer)
+    processor.save_pretrained(directory)
+    return directory
+
+
+def save_random_qwen2_5_vl(directory, seed: int = 0, *, max_pixels: int = 48 * 28 * 28):
+    """A random ``Qwen2_5_VLForConditionalGeneration`` over :func:`qwen2_5_vl_config`, saved with its tokenizer and a
+    ``Qwen2VLImageProcessor`` (Qwen2.5-VL's too; 4 merged patches an image up to ``max_pixels``)."""
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    tokenizer, config = qwen2_5_vl_config(directory)
+    torch.manual_seed(seed)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    _randomize_norms(model, seed)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels).save_pretrained(directory)
+    return directory

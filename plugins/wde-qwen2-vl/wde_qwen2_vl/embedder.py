@@ -8,8 +8,7 @@ import torch
 from torch import nn
 
 from wde_qwen2_bidir.public import DecoderEmbedder
-from wde_qwen2_vl.vision import VisionTower
-from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, mrope_rotary, text_config
+from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, mrope_rotary, text_config, vision_tower
 
 
 class Qwen2VLEmbedder(nn.Module):
@@ -18,7 +17,7 @@ class Qwen2VLEmbedder(nn.Module):
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         self.text = DecoderEmbedder(text_config(config), attention, settings)
-        self.visual = VisionTower(config.vision_config, attention)
+        self.visual = vision_tower(config.vision_config, attention)
         params = getattr(config.text_config, "rope_parameters", None) or {}
         self.sections = list(params.get("mrope_section") or [16, 24, 24])
 

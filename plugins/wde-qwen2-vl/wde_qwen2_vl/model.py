@@ -12,8 +12,7 @@ from torch import nn
 
 from wde_core.plugin_api import Linear
 from wde_qwen2_bidir.public import DecoderEmbedder
-from wde_qwen2_vl.vision import VisionTower
-from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, text_config
+from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, text_config, vision_tower
 
 
 class ColQwen2(nn.Module):
@@ -23,7 +22,7 @@ class ColQwen2(nn.Module):
         super().__init__()
         self.image_token_id = config.vlm_config.image_token_id
         self.text = DecoderEmbedder(text_config(config.vlm_config), attention, settings)
-        self.visual = VisionTower(config.vlm_config.vision_config, attention)
+        self.visual = vision_tower(config.vlm_config.vision_config, attention)
         self.embedding_proj_layer = Linear(config.vlm_config.text_config.hidden_size, config.embedding_dim)
 
     def forward(self, model_input) -> dict[str, torch.Tensor]:

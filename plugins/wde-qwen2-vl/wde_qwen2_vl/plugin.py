@@ -1,6 +1,7 @@
-"""Registers ColQwen2 (``ColQwen2ForRetrieval``: Qwen2-VL's vision tower and decoder, one normalized vector per
-token) and Qwen2-VL single-vector embedders (``Qwen2VLForConditionalGeneration``, ``Qwen2VLModel``: GME, DSE) for
-the embed task, their workflows and stages, and the late_interaction task."""
+"""Registers ColQwen2 and ColQwen2.5 (``ColQwen2ForRetrieval`` on a Qwen2-VL or Qwen2.5-VL backbone: its vision tower
+and decoder, one normalized vector per token) and Qwen2-VL / Qwen2.5-VL single-vector embedders
+(``Qwen2VLForConditionalGeneration``, ``Qwen2VLModel``, ``Qwen2_5_VLForConditionalGeneration``, ``Qwen2_5_VLModel``:
+GME, DSE) for the embed task, their workflows and stages, and the late_interaction task."""
 
 from __future__ import annotations
 
@@ -22,20 +23,23 @@ def wde_register_tasks(register):
 
 @hookimpl
 def wde_register_architectures(register):
-    """``ColQwen2ForRetrieval`` on the colqwen2 workflow; ``Qwen2VLForConditionalGeneration`` and ``Qwen2VLModel``
-    (GME, DSE) as single-vector embedders on qwen2-vl-embed."""
+    """``ColQwen2ForRetrieval`` (either backbone) on the colqwen2 workflow; Qwen2-VL's and Qwen2.5-VL's
+    ``*ForConditionalGeneration`` and ``*Model`` (GME, DSE) as single-vector embedders on qwen2-vl-embed."""
     register(ArchitectureLink(
         architecture="ColQwen2ForRetrieval", task="embed", workflow="colqwen2", model="wde_qwen2_vl.model:ColQwen2",
         defaults={"pooling": "last", "normalize": False, "max_model_len": 4096},  # ColQwen2-v1.0's pages: ~790
         configure="wde_qwen2_vl.settings:configure",
-        description="ColQwen2: text queries and page images -> one vector per token (output='multi_vector')",
+        description="ColQwen2 / ColQwen2.5 (Qwen2-VL / Qwen2.5-VL backbone): text queries and page images -> one "
+                    "vector per token (output='multi_vector')",
     ))
-    for architecture in ("Qwen2VLForConditionalGeneration", "Qwen2VLModel"):
+    for architecture in ("Qwen2VLForConditionalGeneration", "Qwen2VLModel", "Qwen2_5_VLForConditionalGeneration",
+                         "Qwen2_5_VLModel"):
         register(ArchitectureLink(
             architecture=architecture, task="embed", workflow="qwen2-vl-embed",
             model="wde_qwen2_vl.embedder:Qwen2VLEmbedder", defaults={"max_model_len": 4096},
             configure="wde_qwen2_vl.settings:configure_embedder",
-            description="Qwen2-VL embedder (GME, DSE): texts, images and text + image inputs -> last-token vectors",
+            description=f"{'Qwen2.5-VL' if '2_5' in architecture else 'Qwen2-VL'} embedder (GME, DSE): texts, images "
+                        "and text + image inputs -> last-token vectors",
         ))
 
 
@@ -47,7 +51,8 @@ def wde_register_workflows(register):
                      description="queries and page images -> [tokens, dim] per input (output='multi_vector')"))
     register(replace(EMBED_WORKFLOW, name="qwen2-vl-embed", input_processor="vision-text", tokenizer="qwen2-vl",
                      model_input_builder="vision-text",
-                     description="texts, images, text + image -> Qwen2-VL last-token embeddings (M-RoPE)"))
+                     description="texts, images, text + image -> Qwen2-VL / Qwen2.5-VL last-token embeddings "
+                                 "(M-RoPE)"))
 
 
 @hookimpl

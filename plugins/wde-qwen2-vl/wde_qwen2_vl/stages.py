@@ -16,6 +16,7 @@ from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ImageInput, Mod
                                  as_image_input, split_tokens)
 from wde_qwen2_vl.vision import patch_positions
 from wde_qwen2_vl.vl_decoder import mrope_positions
+from wde_qwen2_vl.window_vision import build_windows, window_units
 
 OUTPUTS = ("multi_vector",)
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
@@ -60,7 +61,10 @@ class QueryPageInputProcessor:
 
     @staticmethod
     def request(index: int, item: Any, options: EmbedOptions) -> Request:
-        """The request for one item, or a ``TypeError`` naming it."""
+        """The request for one item, or a ``TypeError`` naming it (a ``ValueError`` for a video)."""
+        if isinstance(item, dict) and "video" in item:
+            raise ValueError(f"input {index}: field 'video': video inputs are not supported; pass images (or frames as "
+                             "images)")
         if isinstance(item, str):
             if not item.strip():
                 raise ValueError(f"input {index}: empty query")
@@ -150,11 +154,13 @@ class QueryPageTokenizer:
 class QueryPageBatch(ModelInput):
     """The packed tokens of a batch's queries and pages, plus the pages' patches ``pixel_patches [N, C*T*P*P]``,
     each patch's (row, column) ``patch_positions``, the patches' attention metadata (one sequence per frame) and
-    where the merged patches go (``image_token_index``, into the packed tokens)."""
+    where the merged patches go (``image_token_index``, into the packed tokens); for a windowed tower (Qwen2.5-VL)
+    its ``vision_windows``."""
 
     pixel_patches: torch.Tensor | None = None
     patch_positions: torch.Tensor | None = None
     vision_metadata: Any = None
+    vision_windows: Any = None
     image_token_index: torch.Tensor | None = None
     mrope_positions: torch.Tensor | None = None
 
@@ -166,6 +172,7 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
         super().__init__(pipeline, attention_backend)
         config = vl_config(pipeline.model.config)
         self.image_token_id, self.merge = config.image_token_id, config.vision_config.spatial_merge_size
+        self.window_units = window_units(config.vision_config)
 
     def build(self, requests: list[Request]) -> QueryPageBatch:
         """Pack ``requests``; add the patches of those that are pages."""
@@ -179,6 +186,9 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
             cu_seqlens = torch.zeros(len(frames) + 1, dtype=torch.int32)
             torch.cumsum(torch.tensor(frames), 0, out=cu_seqlens[1:])
             batch.vision_metadata = self.attention.build_metadata(frames, cu_seqlens, causal=False)
+            if self.window_units is not None:
+                batch.vision_windows = build_windows([page.grid for page in pages], self.merge, self.window_units,
+                                                     self.attention)
             batch.image_token_index = torch.nonzero(batch.input_ids == self.image_token_id).flatten()
         return batch
 

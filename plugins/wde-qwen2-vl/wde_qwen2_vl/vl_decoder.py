@@ -1,6 +1,7 @@
-"""What Qwen2-VL's models share: the decoder's config as wde-qwen2-bidir reads it, checkpoint names of either
-transformers layout, and multimodal rotary positions (M-RoPE: temporal, height and width positions, each rotating its
-section of the head)."""
+"""What Qwen2-VL's and Qwen2.5-VL's models share: the vision tower their config names, the decoder's config as
+wde-qwen2-bidir reads it, checkpoint names of either transformers layout, and multimodal rotary positions (M-RoPE:
+temporal, height and width positions, each rotating its section of the head; an image's as both
+``get_rope_index``es make them, Qwen2.5-VL's time scaling applying to videos only)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,20 @@ import copy
 
 import torch
 
+from wde_qwen2_vl.vision import VisionTower
+from wde_qwen2_vl.window_vision import WindowVisionTower, window_units
+
 # checkpoint prefixes (transformers 5's layout, then 4.x's) -> the model's submodules
 _PREFIXES = (("model.visual.", "visual."), ("visual.", "visual."), ("model.language_model.", "text."),
              ("language_model.", "text."), ("model.", "text."))
+
+
+def vision_tower(vision_config, attention) -> VisionTower:
+    """Qwen2.5-VL's windowed tower for a config with ``window_size`` and ``fullatt_block_indexes``, else
+    Qwen2-VL's."""
+    if window_units(vision_config) is not None:
+        return WindowVisionTower(vision_config, attention)
+    return VisionTower(vision_config, attention)
 
 
 def text_config(vl_config):
@@ -29,7 +41,8 @@ def map_vl_name(model, name: str):
         if name.startswith(prefix):
             rest = name[len(prefix):]
             if ours == "visual.":
-                return ours + rest, None
+                mapped, rows = model.visual.map_checkpoint_name(rest)
+                return ours + mapped, rows
             mapped = model.text.map_checkpoint_name(rest)
             return None if mapped is None else ("text." + mapped[0], mapped[1])
     return name, None
@@ -72,5 +85,6 @@ def embed_with_images(model, model_input) -> torch.Tensor:
     x = model.text.embed_tokens(model_input.input_ids)
     if model_input.pixel_patches is None:
         return x
-    images = model.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata)
+    images = model.visual(model_input.pixel_patches, model_input.patch_positions, model_input.vision_metadata,
+                          model_input.vision_windows)
     return x.index_copy(0, model_input.image_token_index, images.to(x.dtype))

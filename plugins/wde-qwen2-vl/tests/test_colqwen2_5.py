@@ -1,0 +1,94 @@
+"""ColQwen2.5 on wde against transformers' ``ColQwen2ForRetrieval`` on a Qwen2.5-VL backbone (its ``vlm_config`` a
+``qwen2_5_vl`` one): a random small model (3 vision blocks with RMSNorm and a gated MLP, windows of 2x2 merged
+patches, full attention in block 1; 2 decoder layers, GQA) saved with a ``ColQwen2Processor``; text queries and page
+images of odd sizes (partial windows at their edges) in one list, every token's vector within 1e-4 (fp32) of the
+reference's, MaxSim scores as ``score_retrieval``'s; the window order as transformers' ``get_vision_window_index``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CPU_BACKENDS, random_images, save_random_colqwen2_5
+from test_colqwen2 import QUERIES, reference_vectors
+from wde_core import Engine
+
+
+@pytest.fixture(scope="module")
+def colqwen2_5(tmp_path_factory):
+    """The saved directory, transformers' model and processor."""
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    directory = save_random_colqwen2_5(tmp_path_factory.mktemp("colqwen2.5") / "colqwen2.5-tiny")
+    reference = ColQwen2ForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager")
+    assert reference.config.vlm_config.model_type == "qwen2_5_vl"
+    return directory, reference.eval(), ColQwen2Processor.from_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def mixed(colqwen2_5):
+    """Queries and pages of odd sizes interleaved, and transformers' vectors of each."""
+    _, reference, processor = colqwen2_5
+    pages = random_images(6, seed=4)
+    items = [QUERIES[0], pages[0], pages[1], QUERIES[1], pages[2], pages[3], pages[4], QUERIES[2], pages[5]]
+    return items, reference_vectors(reference, processor, items)
+
+
+@pytest.mark.parametrize("grids", [[(1, 10, 14), (1, 4, 4), (1, 6, 2)], [(1, 2, 18), (1, 8, 8)]])
+def test_window_order_follows_get_vision_window_index(grids):
+    from transformers.vision_utils import get_vision_window_index
+
+    from wde_qwen2_vl.window_vision import window_order
+
+    expected, cu_expected = get_vision_window_index(torch.tensor(grids), spatial_merge_size=2, window_size=56,
+                                                    patch_size=14)
+    got, sizes = window_order(grids, 2, 2)
+    assert torch.equal(got, expected)
+    assert np.cumsum([0, *sizes]).tolist() == (cu_expected // 4).tolist()
+    assert min(sizes) < 4  # partial windows at the edges
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_queries_and_pages_match_colqwen2_for_retrieval(colqwen2_5, mixed, backend):
+    directory, _, processor = colqwen2_5
+    items, expected = mixed
+    with Engine(str(directory), device="cpu", attention_backend=backend) as engine:
+        assert engine.pipeline.workflow.name == "colqwen2"
+        assert type(engine.executor.worker.model.visual).__name__ == "WindowVisionTower"
+        got = engine.encode(items, output="multi_vector")
+    assert [g.shape for g in got] == [e.shape for e in expected]
+    worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
+    print(f"{backend}: max abs diff {worst:.2e} over {sum(len(e) for e in expected)} token vectors")
+    assert worst <= 1e-4
+    from wde_qwen2_vl.window_vision import window_order
+
+    pages = [item for item in items if not isinstance(item, str)]
+    windows = [window_order([grid], 2, 2)[1] for grid in processor.process_images(pages)["image_grid_thw"].tolist()]
+    assert max(map(len, windows)) > 2 and min(min(w) for w in windows) < 4  # several windows, partial ones
+
+
+def test_bfloat16_stays_within_the_stated_tolerance(colqwen2_5, mixed):
+    # measured here: min token cosine 0.99996 against fp32 transformers (eager, torch_sdpa and cpu_varlen alike)
+    directory, _, _ = colqwen2_5
+    items, expected = mixed
+    with Engine(str(directory), device="cpu", dtype="bfloat16") as engine:
+        got = engine.encode(items, output="multi_vector")
+    cosine = min(float((g * e).sum(1).min()) for g, e in zip(got, expected))
+    print(f"bf16 min token cosine {cosine:.6f}")
+    assert cosine >= 0.9995
+
+
+def test_multi_vector_scores_match_score_retrieval(colqwen2_5):
+    directory, reference, processor = colqwen2_5
+    pages = random_images(4, seed=5)
+    queries = reference_vectors(reference, processor, QUERIES)
+    docs = reference_vectors(reference, processor, pages)
+    expected = processor.score_retrieval([torch.from_numpy(q) for q in queries],
+                                         [torch.from_numpy(d) for d in docs]).numpy()
+    with Engine(str(directory), device="cpu") as engine:
+        scores = engine.multi_vector_scores(QUERIES, pages)
+        with pytest.raises(ValueError, match=r"documents\[1\]: field 'video': video inputs are not supported"):
+            engine.multi_vector_scores(QUERIES, [pages[0], {"video": b"frames"}])
+    assert scores.shape == (3, 4) and np.abs(scores - expected).max() <= 1e-4
+    assert np.ptp(expected[1]) > 1e-3
