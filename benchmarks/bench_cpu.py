@@ -4,13 +4,15 @@ OpenVINO backend, default and static int8 (its own virtualenv, benchmarks/openvi
 
 Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--openvino-python PATH]
        [--profile-n 300] [--model DIR | --bge-base-shape] [--executors sync,pipelined,data_parallel] [--no-st-hf]
-       [--dtypes fp32,bf16,int8] [--chart PNG]
+       [--dtypes fp32,bf16,int8] [--chart PNG] [--pipeline-parallel include|only|skip] [bench_pp.py's --pp-* options]
 Engines of one dtype run alternately, round after round; medians, shares of the measured matmul
 peak and ratios (vs vLLM: the median of the per-round ratios) are printed; then the roofline of wde per
 dtype (benchmarks/roofline.py: GEMM peak at the model's shapes, the GEMM-only limit, where the time goes);
 then the p50 latency of one short request against the bare forward. The model is the packaged
 all-MiniLM-L6-v2, a directory (``--model``), or a random-weight bge-base-shaped BERT saved by the run
-(``--bge-base-shape``: hidden 768, 12 layers, MiniLM's tokenizer, mean pooling).
+(``--bge-base-shape``: hidden 768, 12 layers, MiniLM's tokenizer, mean pooling). Last, the pipeline_parallel
+group (benchmarks/bench_pp.py): PP=2 against sync with 1 and 2 threads on a deep random decoder, its efficiency
+per process and bubble fraction.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench_pp import add_options as add_pipeline_options, run_pipeline_group
 from common import CORPUS, load_corpus, measure, parser, save_bge_base_shape, timed
 from roofline import gemm_peak_at_shapes, report_roofline, time_shares
 
@@ -123,9 +126,15 @@ def main() -> None:
     options.add_argument("--dtypes", default="fp32,bf16,int8", help="groups to run: fp32, bf16, int8")
     options.add_argument("--no-st-hf", action="store_true", help="leave out sentence-transformers and HF")
     options.add_argument("--chart", default=None, help="write a PNG chart of tokens/s against the roofline")
+    options.add_argument("--pipeline-parallel", choices=("include", "only", "skip"), default="include",
+                         help="the pipeline_parallel group (bench_pp.py): after the others, alone, or not")
+    add_pipeline_options(options)
     options.set_defaults(rounds=5)
     args = options.parse_args()
     torch.set_num_threads(args.threads)
+    if args.pipeline_parallel == "only":
+        run_pipeline_group(args)
+        return
     from wde_core import Engine
 
     base = Engine(args.model, device="cpu", dtype="float32", num_threads=args.threads)
@@ -154,6 +163,8 @@ def main() -> None:
     full, forward = latency_p50(base)
     print(f"p50 latency of one short request: encode {full * 1e3:.2f} ms, bare forward {forward * 1e3:.2f} ms, "
           f"ratio {full / forward:.2f}x")
+    if args.pipeline_parallel == "include":
+        run_pipeline_group(args)
 
 
 def run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine) -> None:
