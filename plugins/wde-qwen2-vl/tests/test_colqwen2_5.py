@@ -92,3 +92,32 @@ def test_multi_vector_scores_match_score_retrieval(colqwen2_5):
             engine.multi_vector_scores(QUERIES, [pages[0], {"video": b"frames"}])
     assert scores.shape == (3, 4) and np.abs(scores - expected).max() <= 1e-4
     assert np.ptp(expected[1]) > 1e-3
+
+
+@pytest.mark.slow
+def test_real_colqwen2_5_widths_match_at_full_page_resolution(tmp_path):
+    # no ColQwen2.5 checkpoint can be installed from a package index here, so the real model's shapes are checked
+    # with random weights: ColQwen2.5-v0.2's (Qwen2.5-VL-3B's) widths (vision 1280 wide, 16 heads of 80, MLP 3420,
+    # windows of 112 px, full attention in blocks 7, 15, 23, 31; decoder 2048 wide, 16 heads of 128, 2 key/value
+    # heads, MLP 11008; 128-dim vectors), one layer each (a windowed block), a page at 768 merged patches
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    text = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=2, intermediate_size=11008,
+                num_hidden_layers=1, max_position_embeddings=128000,
+                rope_parameters={"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1000000.0})
+    vision = dict(depth=1, hidden_size=1280, out_hidden_size=2048, intermediate_size=3420, num_heads=16,
+                  window_size=112, fullatt_block_indexes=[7, 15, 23, 31])
+    directory = save_random_colqwen2_5(tmp_path / "colqwen2.5-v0.2-shape", text=text, vision=vision,
+                                       embedding_dim=128, max_pixels=768 * 28 * 28)
+    reference = ColQwen2ForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
+    processor = ColQwen2Processor.from_pretrained(directory)
+    from PIL import Image
+
+    page = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
+    expected = reference_vectors(reference, processor, [page, QUERIES[0]])
+    with Engine(str(directory), device="cpu") as engine:
+        got = engine.encode([page, QUERIES[0]], output="multi_vector")
+    assert got[0].shape == (expected[0].shape[0], 128) and expected[0].shape[0] > 700
+    worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
+    print(f"real widths: max abs diff {worst:.2e}")
+    assert worst <= 1e-4

@@ -1,5 +1,6 @@
 """What users and other plugins may use of wde-qwen2-vl: ``maxsim``, late-interaction scores between token vectors
-(``encode(..., output="multi_vector")`` results), the vision tower and the multimodal rotary positions; and for other
+(``encode(..., output="multi_vector")`` results), the vision towers (Qwen2-VL's, Qwen2.5-VL's windowed one, and
+``vision_tower`` choosing by config) and the multimodal rotary positions; and for other
 late-interaction models (ColPali), the query/page tokenizer to build on. Their workflows may name this plugin's
 ``query-page`` input processor and ``multi-vector`` output processor, and its ``late_interaction`` task serves them."""
 
@@ -11,7 +12,8 @@ import numpy as np
 
 from wde_qwen2_vl.stages import QueryPageTokenizer
 from wde_qwen2_vl.vision import VisionTower, patch_positions
-from wde_qwen2_vl.vl_decoder import mrope_positions
+from wde_qwen2_vl.vl_decoder import mrope_positions, vision_tower
+from wde_qwen2_vl.window_vision import WindowVisionTower, build_windows
 
 
 def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np.ndarray:
@@ -25,4 +27,5 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
     return scores
 
 
-__all__ = ["maxsim", "mrope_positions", "VisionTower", "patch_positions", "QueryPageTokenizer"]
+__all__ = ["maxsim", "mrope_positions", "VisionTower", "WindowVisionTower", "vision_tower", "build_windows",
+           "patch_positions", "QueryPageTokenizer"]
