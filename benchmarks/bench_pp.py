@@ -56,12 +56,16 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def counting_runner(engine, texts, cpu: list[float], bubbles: list[float] | None = None):
+def counting_runner(engine, texts, threads: int, cpu: list[float], bubbles: list[float] | None = None):
     """A :func:`measure` runner that records each round's CPU seconds (this process and the engine's stage processes)
-    and, for a pipeline engine, its bubble fraction."""
+    and, for a pipeline engine, its bubble fraction; ``threads``: this process's torch threads (a process-wide
+    setting, which every engine sets only when it is built)."""
+    import torch
+
     pids = [p.process.pid for p in getattr(engine.executor, "processes", [])]
 
     def run():
+        torch.set_num_threads(threads)
         busy_before, cpu_before = sum(getattr(engine.executor, "busy_seconds", list)()), cpu_seconds(pids)
         seconds, out = timed(lambda: engine.encode(texts))()
         cpu.append(cpu_seconds(pids) - cpu_before)
@@ -75,6 +79,8 @@ def counting_runner(engine, texts, cpu: list[float], bubbles: list[float] | None
 
 def run_pipeline_group(args) -> dict[str, float]:
     """Build the model and the three engines, run alternating rounds, print medians, ratios and the bubble."""
+    import torch
+
     from wde_core import Engine
 
     directory = save_deep_decoder(Path(tempfile.mkdtemp(prefix="wde-bench-pp-")), args.pp_layers, args.pp_hidden)
@@ -90,11 +96,12 @@ def run_pipeline_group(args) -> dict[str, float]:
           f"{len(texts)} paragraphs, {tokens} tokens, batches of <= {args.pp_batch_tokens} tokens; "
           f"{pp.pipeline.reasons['pipeline_parallel']}", flush=True)
     for engine in engines.values():
+        torch.set_num_threads(engine.pipeline.args.num_threads)
         engine.encode(texts[:16])
     bubbles: list[float] = []
     cpu: dict[str, list[float]] = {name: [] for name in engines}
-    runners = {name: counting_runner(engine, texts, cpu[name], bubbles if engine is pp else None)
-               for name, engine in engines.items()}
+    runners = {name: counting_runner(engine, texts, engine.pipeline.args.num_threads, cpu[name],
+                                     bubbles if engine is pp else None) for name, engine in engines.items()}
     rounds: dict[str, list[float]] = {}
     medians, outputs = measure(runners, args.rounds, tokens, rounds)
     report(medians, rounds, outputs, bubbles)

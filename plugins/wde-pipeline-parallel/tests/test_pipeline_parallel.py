@@ -78,8 +78,8 @@ def test_each_stage_holds_about_half_of_the_parameters(decoder):
     held = [process.parameter_bytes for process in pp.executor.processes]  # measured in the stage processes
     print(f"qwen2 4 layers: parameter bytes per stage {held} of {whole} ({max(held) / whole:.3f}x)")
     assert len(held) == 2 and sum(held) == whole and max(held) <= 0.55 * whole
-    assert pp.pipeline.reasons["pipeline_parallel"].startswith("2 stages (gloo), one process each; parameters per "
-                                                               f"stage {held[0] / 2 ** 20:.2f} | {held[1] / 2 ** 20:.2f}")
+    shown = f"parameters per stage {held[0] / 2 ** 20:.2f} | {held[1] / 2 ** 20:.2f} MiB"
+    assert pp.pipeline.reasons["pipeline_parallel"].startswith(f"2 stages (gloo), one process each; {shown}")
 
 
 def test_the_split_is_described_at_assembly(tmp_path):
@@ -127,6 +127,13 @@ def test_a_model_without_cut_points_is_refused_by_name(tmp_path):
                                                     r"BertForTokenClassification, from wde-bert\) declares no pipeline "
                                                     r"cut points for its forward"):
         assemble_pipeline(str(directory), **PP)
+
+
+def test_tensor_parallel_stages_need_a_model_class_that_supports_it(tmp_path):
+    directory = save_bert_classifier(tmp_path / "reranker", num_labels=1)
+    with pytest.raises(PipelineParallelError, match=r"model class wde_reranker\.models:BertCrossEncoder does not "
+                                                    r"support tensor parallelism"):
+        assemble_pipeline(str(directory), **PP, tensor_parallel_size=2)
 
 
 def test_a_killed_stage_fails_its_batch_naming_it_and_the_engine_refuses_new_work(decoder):

@@ -69,7 +69,7 @@ def check_layout(pipeline) -> Layout:
                                     "pipeline_parallel (the quantizer expects every layer loaded)")
     if layout.tp_size > 1 and not vars(model_class(pipeline)).get("supports_tensor_parallel", False):
         raise PipelineParallelError(f"model class {pipeline.link.model} does not support tensor parallelism "
-                                    "(supports_tensor_parallel = True): use tensor_parallel_size=1 with pipeline_parallel")
+                                    "(supports_tensor_parallel = True): leave tensor_parallel_size out")
     model = build_meta(pipeline, layout.tp_size)
     split = StageSplit.of(model, layout.stages)
     pipeline.reasons.update(split.reasons(model, pipeline.dtype.itemsize, layout.backend, layout.tp_size))

@@ -1,9 +1,9 @@
 """A pipeline stage's worker: the pipeline's own worker class, building only this stage's share of the model.
 
 Layers of other stages pass their input through (:func:`pass_through`); weights of other stages stay on the meta
-device, where the core's loader neither fills nor asks for them. The model's own ``forward`` runs unchanged: on a stage after the
-first, the inputs (embeddings) run on the meta device (shapes only) and the first local layer takes the received
-hidden states instead; on a stage before the last, the last local layer's output ends the forward."""
+device, where the core's loader neither fills nor asks for them. The model's own ``forward`` runs unchanged: on a
+stage after the first, the inputs (embeddings) run on the meta device (shapes only) and the first local layer takes
+the received hidden states instead; on a stage before the last, the last local layer's output ends the forward."""
 
 from __future__ import annotations
 
