@@ -1,7 +1,7 @@
 """ColPali over a real socket, served as ColQwen2 is: ``wde serve`` of a random ColPali answers TEI's ``/embed_all``
-with every token's vector (queries as text, pages as ``data:image/png;base64,`` URLs) equal to
-``Engine.encode(output="multi_vector")``, and ``/v2/rerank`` and ``/rerank`` rank page images by MaxSim as
-``multi_vector_rerank`` does."""
+and Cohere's ``/v2/embed`` (``embedding_types`` ``multi_vector_base64``) with every token's vector (queries as text,
+pages as ``data:image/png;base64,`` URLs) equal to ``Engine.encode(output="multi_vector")``, and ``/v2/rerank`` and
+``/rerank`` rank page images by MaxSim as ``multi_vector_rerank`` does."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_embed_all_gives_every_token_vector_of_queries_and_pages(served):
     with Engine(str(directory), device="cpu") as engine:
         expected = engine.encode([QUERIES[0], pages[0], QUERIES[1]], output="multi_vector")
         ranked = engine.multi_vector_rerank(QUERIES[1], pages)
+        page_vectors = engine.encode(pages[1:3], output="multi_vector")
     got = [np.array(vectors) for vectors in answer.json()]
     assert [g.shape for g in got] == [e.shape for e in expected]
     assert max(np.abs(g - e).max() for g, e in zip(got, expected)) <= 1e-4
@@ -56,6 +57,14 @@ def test_embed_all_gives_every_token_vector_of_queries_and_pages(served):
     assert max(abs(r["relevance_score"] - e["score"]) for r, e in zip(results, ranked)) <= 1e-4
     tei = post(server, "/rerank", {"query": QUERIES[1], "texts": [data_url(p) for p in pages]})
     assert tei.status_code == 200 and [r["index"] for r in tei.json()] == [r["index"] for r in ranked], tei.text
+    cohere_embed = post(server, "/v2/embed", {"images": [data_url(p) for p in pages[1:3]],
+                                              "embedding_types": ["multi_vector_base64"]})
+    assert cohere_embed.status_code == 200, cohere_embed.text
+    width = page_vectors[0].shape[1]
+    decoded = [np.frombuffer(base64.b64decode(s), "<f4").reshape(-1, width)
+               for s in cohere_embed.json()["embeddings"]["multi_vector_base64"]]
+    assert [d.shape for d in decoded] == [e.shape for e in page_vectors]
+    assert max(np.abs(d - e).max() for d, e in zip(decoded, page_vectors)) <= 1e-4
 
 
 def test_pooled_routes_and_placeholders_are_refused(served):

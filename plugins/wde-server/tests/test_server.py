@@ -152,6 +152,11 @@ def test_tei_token_vectors_sparse_and_colbert(server, engines):
         np.testing.assert_allclose(mine, ref, atol=TOL)
     dense = post(server, "/v1/embeddings", {"model": "bge-m3", "input": TEXTS[:2]}).json()
     np.testing.assert_allclose([d["embedding"] for d in dense["data"]], m3.encode(TEXTS[:2]), atol=TOL)
+    both = post(server, "/v2/embed", {"model": "bge-m3", "texts": TEXTS[:2],  # wde's type: ColBERT vectors
+                                      "embedding_types": ["float", "multi_vector"]}).json()["embeddings"]
+    np.testing.assert_allclose(both["float"], m3.encode(TEXTS[:2]), atol=TOL)
+    for mine, ref in zip(both["multi_vector"], m3.encode(TEXTS[:2], output="colbert")):
+        np.testing.assert_allclose(mine, ref, atol=TOL)
 
 
 def test_tei_rerank_predict_and_vllm_score_classify(server, engines):

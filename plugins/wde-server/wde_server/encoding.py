@@ -35,14 +35,24 @@ def quantize(vectors: np.ndarray, precision: str, ranges: np.ndarray | None) -> 
     return buckets.astype(np.uint8) if precision == "uint8" else (buckets - 128).astype(np.int8)
 
 
-def by_type(vectors: np.ndarray, types: list[str], ranges: np.ndarray | None) -> dict[str, list]:
-    """Cohere's ``embeddings`` object: one list per requested type."""
+MULTI_VECTOR_TYPES = ("multi_vector", "multi_vector_base64")  # wde's embedding_types for every token's vector
+
+
+def by_type(vectors: np.ndarray | None, types: list[str], ranges: np.ndarray | None,
+            token_vectors: list[np.ndarray] | None = None) -> dict[str, list]:
+    """Cohere's ``embeddings`` object: one list per requested type; ``multi_vector`` (``[tokens, dim]`` float lists)
+    and ``multi_vector_base64`` (each input's matrix as one string of row-major little-endian float32) from
+    ``token_vectors``."""
     out: dict[str, list] = {}
     for kind in dict.fromkeys(types):
         if kind == "float":
             out[kind] = vectors.tolist()
         elif kind == "base64":
             out[kind] = [to_base64(v) for v in vectors]
+        elif kind == "multi_vector":
+            out[kind] = [matrix.tolist() for matrix in token_vectors]
+        elif kind == "multi_vector_base64":
+            out[kind] = [to_base64(matrix) for matrix in token_vectors]
         else:
             out[kind] = quantize(vectors, kind, ranges).tolist()
     return out

@@ -48,6 +48,13 @@ class Inputs:
         self.where.append(where)
         self.images += 1
 
+    def add_pair(self, text: str, source: str, where: str, *, bare_base64: bool) -> None:
+        """Append a text + image input (a VLM embedder's: the image, then the text, as one vector); ``where`` names
+        its image, which most errors about the input are about."""
+        self.add_image(source, where, bare_base64=bare_base64)
+        self.items[-1]["text"] = text
+        self.texts.append(text)
+
     def checked(self) -> list[Any]:
         """The items as ``check_batch`` sees them: an image as its URL string (empty: refused as empty)."""
         return [item["image"] if isinstance(item, dict) else item for item in self.items]
@@ -58,8 +65,9 @@ def shown(value: str) -> str:
     return repr(value[:40] + ("..." if len(value) > 40 else ""))
 
 
-def cohere_inputs(body: Any) -> Inputs:
-    """The inputs of a Cohere ``/v2/embed`` body: exactly one of ``texts``, ``images`` or ``inputs``."""
+def cohere_inputs(body: Any, *, pairs: bool = False) -> Inputs:
+    """The inputs of a Cohere ``/v2/embed`` body: exactly one of ``texts``, ``images`` or ``inputs`` (``pairs``: an
+    input may hold a text and an image part, embedded together)."""
     given = [name for name in ("texts", "images", "inputs") if getattr(body, name) is not None]
     if len(given) != 1:
         at = given[-1] if given else "texts"
@@ -74,42 +82,54 @@ def cohere_inputs(body: Any) -> Inputs:
     for i, url in enumerate(body.images or ()):
         inputs.add_image(url, f"images[{i}]", bare_base64=False)
     for i, one in enumerate(body.inputs or ()):
-        add_content(inputs, one.content, f"inputs[{i}].content")
+        add_content(inputs, one.content, f"inputs[{i}].content", pairs=pairs)
     return inputs
 
 
-def add_content(inputs: Inputs, content: Sequence[Any], where: str) -> None:
-    """Append one Cohere input: a single text or image part (wde embeds one part per input)."""
-    if len(content) != 1:
-        if not content:
-            raise ApiError(400, f"{where}: empty; give one text or image part", param=where)
-        raise ApiError(400, f"{where}: {len(content)} parts; this model embeds a text or an image per input, not "
-                            "both; send them as separate inputs", param=where)
-    part = content[0]
-    at = f"{where}[0]"
+def add_content(inputs: Inputs, content: Sequence[Any], where: str, *, pairs: bool = False) -> None:
+    """Append one Cohere input: a single text or image part, or (``pairs``) one text and one image part."""
+    if not content:
+        raise ApiError(400, f"{where}: empty; give one text or image part", param=where)
+    kinds = sorted(part.type for part in content)
+    if len(content) > 1 and not (pairs and kinds == ["image_url", "text"]):
+        what = "a text, an image, or one text and one image" if pairs else "a text or an image per input, not both"
+        raise ApiError(400, f"{where}: {len(content)} parts ({', '.join(kinds)}); this model embeds {what}"
+                            f"{'' if pairs else '; send them as separate inputs'}", param=where)
+    parts = dict(content_part(part, f"{where}[{i}]") for i, part in enumerate(content))
+    if len(parts) == 2:
+        inputs.add_pair(parts["text"][0], *parts["image_url"], bare_base64=False)
+    elif "text" in parts:
+        inputs.add_text(*parts["text"])
+    else:
+        inputs.add_image(*parts["image_url"], bare_base64=False)
+
+
+def content_part(part: Any, at: str) -> tuple[str, tuple[str, str]]:
+    """A checked content part: its type, and its text or image URL with the field that holds it."""
     wanted, unwanted = ("text", "image_url") if part.type == "text" else ("image_url", "text")
     if getattr(part, wanted) is None or getattr(part, unwanted) is not None:
         raise ApiError(400, f"{at}: a part of type {part.type!r} takes the field {wanted!r} (and not {unwanted!r})",
                        param=at)
-    if part.type == "text":
-        inputs.add_text(part.text, f"{at}.text")
-    else:
-        inputs.add_image(part.image_url.url, f"{at}.image_url.url", bare_base64=False)
+    return part.type, (part.text, f"{at}.text") if part.type == "text" else (part.image_url.url, f"{at}.image_url.url")
 
 
-def jina_inputs(given: Sequence[Any], name: str = "input") -> Inputs:
-    """The inputs of an ``/v1/embeddings`` body: strings, token-id lists, or (Jina) ``{"text"}``/``{"image"}``."""
+def jina_inputs(given: Sequence[Any], name: str = "input", *, pairs: bool = False) -> Inputs:
+    """The inputs of an ``/v1/embeddings`` body: strings, token-id lists, or (Jina) ``{"text"}``/``{"image"}`` (and,
+    ``pairs``, ``{"text", "image"}`` for a VLM embedder)."""
     inputs = Inputs(name)
     for i, item in enumerate(given):
+        at = f"{name}[{i}]"
         if isinstance(item, str) or isinstance(item, list):
             inputs.items.append(item)
-            inputs.where.append(f"{name}[{i}]")
+            inputs.where.append(at)
+        elif item.text is not None and item.image is not None and pairs:
+            inputs.add_pair(item.text, item.image, f"{at}.image", bare_base64=True)
         elif (item.text is None) == (item.image is None):
-            raise ApiError(400, f"{name}[{i}]: give one of 'text' or 'image'", param=f"{name}[{i}]")
+            raise ApiError(400, f"{at}: give one of 'text' or 'image'{' (or both)' if pairs else ''}", param=at)
         elif item.text is not None:
-            inputs.add_text(item.text, f"{name}[{i}].text")
+            inputs.add_text(item.text, f"{at}.text")
         else:
-            inputs.add_image(item.image, f"{name}[{i}].image", bare_base64=True)
+            inputs.add_image(item.image, f"{at}.image", bare_base64=True)
     return inputs
 
 
@@ -126,7 +146,7 @@ def engine_items(items: Sequence[Any], where: Sequence[str], max_pixels: int | N
         if max_pixels is not None and total > max_pixels:
             raise ApiError(413, f"{at}: the request's images reach {total:,} pixels, more than the limit of "
                                 f"{max_pixels:,} a request (--max-request-pixels); split the request", param=at)
-        engine.append({"image": source})
+        engine.append({**item, "image": source})
     return engine
 
 

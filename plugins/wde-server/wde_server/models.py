@@ -22,7 +22,8 @@ TASK_ROUTES = {
 }
 COMMON_ROUTES = ("/tokenize", "/decode", "/info", "/v1/models")
 # a late-interaction model (ColQwen2: output="multi_vector", no pooled vector): its token vectors, MaxSim rankings
-MULTI_VECTOR_ROUTES = ("/embed_all", "/v1/rerank", "/v2/rerank", "/rerank")
+MULTI_VECTOR_ROUTES = ("/v2/embed", "/embed_all", "/v1/rerank", "/v2/rerank", "/rerank")
+LATE_OUTPUTS = ("colbert", "multi_vector")  # token-vector outputs: bge-m3's ColBERT, a late-interaction model's
 
 
 class ServedModel:
@@ -38,10 +39,12 @@ class ServedModel:
         self.max_model_len = pipeline.settings.max_model_len
         self.hf_tokenizer = self.sync.tokenizer.tokenizer
         self.outputs = tuple(getattr(self.sync.output_processor, "outputs", ("dense",)))
-        self.hidden_size = pipeline.model.embedding_size
+        self.hidden_size = vector_size(pipeline.model, self.outputs)
         self.id2label = dict(getattr(pipeline.model.config, "id2label", None) or {})
         self.ranges: np.ndarray | None = None  # int8/uint8 calibration: per-dimension [min, max]
         self.reads_texts, self.reads_images = reads(self.sync, "warm up"), reads(self.sync, image_probe())
+        self.reads_pairs = self.reads_images and reads(self.sync, {"text": "warm up", **image_probe()})
+        self.late_output = next((name for name in LATE_OUTPUTS if name in self.outputs), None)
         self.cuts_tokens = keeps_whole(self.sync)  # else the engine's tokenizer cuts (the end) or refuses
 
     @property
@@ -91,6 +94,17 @@ class ServedModel:
                 "max_batch_requests": self.engine.pipeline.args.max_num_seqs,
                 "outputs": list(self.outputs), "prompts": sorted(self.settings.prompts),
                 "labels": [self.id2label[k] for k in sorted(self.id2label)] if self.task != "embed" else []}
+
+
+def vector_size(directory: Any, outputs: Sequence[str]) -> int | None:
+    """The width of the model's vectors: a late-interaction model's token vectors (``embedding_dim``), else the pooled
+    embedding's, read from the text config when the config has none at the top (Qwen2-VL, CLIP, SigLIP)."""
+    config = directory.config
+    if "multi_vector" in outputs:
+        return getattr(config, "embedding_dim", None)
+    text = getattr(config, "text_config", None)
+    return (directory.embedding_size or getattr(text, "projection_size", None)
+            or getattr(config, "projection_dim", None) or getattr(text, "hidden_size", None))
 
 
 def image_probe() -> dict | None:

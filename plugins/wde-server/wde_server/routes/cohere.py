@@ -8,11 +8,11 @@ from fastapi import APIRouter, Request
 
 from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, embed_call, is_small, run
-from wde_server.encoding import by_type
+from wde_server.encoding import MULTI_VECTOR_TYPES, by_type
 from wde_server.errors import ApiError
 from wde_server.images import check_payload, cohere_inputs, refuse_images
 from wde_server.models import ServedModel
-from wde_server.routes.common import answer, check_batch, model_for
+from wde_server.routes.common import answer, check_batch, check_dimensions, model_for
 from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
                                        RerankResponse, RerankResult, RerankUsage)
 
@@ -34,35 +34,54 @@ def prompt_for_input_type(model: ServedModel, input_type: str | None) -> str | N
 
 @router.post("/v2/embed", response_model=CohereEmbedResponse)
 async def embed(body: CohereEmbedRequest, request: Request):
-    """Embed texts, images (data URLs) or inputs of one text or image part each (Cohere embed v2): float, base64,
-    int8/uint8 (calibrated) and binary/ubinary types."""
+    """Embed texts, images (data URLs) or inputs of one text or image part each, or of a text and an image for a VLM
+    embedder (Cohere embed v2): float, base64, int8/uint8 (calibrated) and binary/ubinary types; wde's multi_vector
+    and multi_vector_base64 types: every token's vector (ColQwen2, ColPali; bge-m3's ColBERT)."""
     model = model_for(request, body.model, "/v2/embed")
-    inputs = cohere_inputs(body)
+    inputs = cohere_inputs(body, pairs=model.reads_pairs)
     check_batch(request, inputs.checked(), inputs.name)
     check_payload(request, inputs)
     refuse_images(model, inputs)
-    check_output_dimension(model, body.output_dimension)
+    check_dimensions(model, body.output_dimension, "output_dimension")
+    outputs = embed_outputs(model, body.embedding_types, body.output_dimension)
     if {"int8", "uint8"} & set(body.embedding_types) and model.ranges is None:
         raise ApiError(400, "embedding_types: int8 and uint8 need calibration ranges; start the server with "
                             "--calibration FILE (texts like the ones you will embed) to enable them",
                        param="embedding_types")
     timing = Timing()
     prepare = embed_call(model, inputs.items, truncate=TRUNCATE[body.truncate], field_name=inputs.name,
-                         options=EmbedOptions(dimensions=body.output_dimension),
+                         options=EmbedOptions(dimensions=body.output_dimension, output=outputs), output=outputs,
                          prompt_name=prompt_for_input_type(model, body.input_type), where=inputs.where,
                          max_pixels=request.app.state.options.max_request_pixels)
-    vectors = await run(model, prepare, timing, inline=is_small(inputs.items), request=request)
+    per_token = (model.hidden_size or 0) if model.late_output in outputs else 0
+    results = await run(model, prepare, timing, inline=is_small(inputs.items), request=request,
+                        floats_per_token=per_token)
+    embeddings = by_type(results.get("dense"), body.embedding_types, model.ranges, results.get(model.late_output))
     billed = BilledUnits(input_tokens=timing.tokens, images=inputs.images or None)
-    response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=by_type(vectors, body.embedding_types, model.ranges),
+    response = CohereEmbedResponse(id=uuid.uuid4().hex, embeddings=embeddings,
                                    texts=inputs.texts if body.images is None else None, meta=Meta(billed_units=billed))
     return answer(request, response, timing, model)
 
 
-def check_output_dimension(model: ServedModel, dimension: int | None) -> None:
-    """Refuse an ``output_dimension`` larger than the model's embeddings (400 naming ``output_dimension``)."""
-    if dimension is not None and model.hidden_size is not None and dimension > model.hidden_size:
-        raise ApiError(400, f"output_dimension: {dimension} exceeds the model's embedding size {model.hidden_size}",
-                       param="output_dimension")
+def embed_outputs(model: ServedModel, types: list[str], dimension: int | None) -> tuple[str, ...]:
+    """The engine outputs ``embedding_types`` ask for: the pooled vector for Cohere's types, every token's vector
+    for wde's ``multi_vector`` types; 400 naming ``embedding_types`` for types the model cannot give."""
+    multi = [kind for kind in types if kind in MULTI_VECTOR_TYPES]
+    pooled = [kind for kind in types if kind not in MULTI_VECTOR_TYPES]
+    if not types:
+        raise ApiError(400, "embedding_types: empty; ask for at least one type", param="embedding_types")
+    if pooled and "dense" not in model.outputs:
+        raise ApiError(400, f"embedding_types: model {model.name!r} gives a vector per token (late interaction), no "
+                            f"pooled vector for {pooled[0]!r}; ask for {' or '.join(map(repr, MULTI_VECTOR_TYPES))}",
+                       param="embedding_types")
+    if multi and model.late_output is None:
+        raise ApiError(400, f"embedding_types: {multi[0]!r} is every token's vector, which model {model.name!r} does "
+                            "not give (late-interaction models do: ColQwen2, ColPali, bge-m3's ColBERT vectors); ask "
+                            "for float, base64, int8, uint8, binary or ubinary", param="embedding_types")
+    if dimension is not None and "dense" not in model.outputs:
+        raise ApiError(400, f"output_dimension: the token vectors of model {model.name!r} are not Matryoshka-trained; "
+                            "leave output_dimension unset", param="output_dimension")
+    return ("dense",) * bool(pooled) + (model.late_output,) * bool(multi)
 
 
 @router.post("/v1/rerank", response_model=RerankResponse)

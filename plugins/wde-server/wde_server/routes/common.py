@@ -35,6 +35,12 @@ def check_batch(request: Request, items: Sequence[Any], field: str, status: int 
                            param=field)
 
 
+def check_dimensions(model: ServedModel, dimension: int | None, field: str) -> None:
+    """Refuse a Matryoshka size larger than the model's embeddings (400 naming ``field``)."""
+    if dimension is not None and model.hidden_size is not None and dimension > model.hidden_size:
+        raise ApiError(400, f"{field}: {dimension} exceeds the model's embedding size {model.hidden_size}", param=field)
+
+
 def as_list(value: Any) -> list:
     """A single input as a one-item list; a list of token ids (ints) as one input."""
     if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], int)):

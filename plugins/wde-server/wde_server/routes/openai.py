@@ -18,7 +18,7 @@ from wde_server.encoding import to_base64
 from wde_server.errors import ApiError
 from wde_server.images import check_payload, jina_inputs, refuse_images
 from wde_server.models import ServedModel
-from wde_server.routes.common import answer, as_list, check_batch, model_for
+from wde_server.routes.common import answer, as_list, check_batch, check_dimensions, model_for
 from wde_server.schemas.openai import (ClassifyData, ClassifyRequest, ClassifyResponse, Embedding, EmbeddingRequest,
                                        EmbeddingResponse, ModelCard, ModelList, ScoreData, ScoreRequest,
                                        ScoreResponse, Usage)
@@ -29,12 +29,14 @@ router = APIRouter(tags=["OpenAI and vLLM"])
 @router.post("/v1/embeddings", response_model=EmbeddingResponse)
 async def embeddings(body: EmbeddingRequest, request: Request):
     """Embed texts or token-id lists (OpenAI embeddings API), or texts and images (Jina: ``{"text": ...}``,
-    ``{"image": ...}``); ``dimensions`` cuts Matryoshka vectors; ``late_chunks``: a vector per chunk of each text."""
+    ``{"image": ...}``; both in one item for a VLM embedder); ``dimensions`` cuts Matryoshka vectors;
+    ``late_chunks``: a vector per chunk of each text."""
     model = model_for(request, body.model, "/v1/embeddings")
-    inputs = jina_inputs(as_list(body.input))
+    inputs = jina_inputs(as_list(body.input), pairs=model.reads_pairs)
     check_batch(request, inputs.checked(), "input")
     check_payload(request, inputs)
     refuse_images(model, inputs)
+    check_dimensions(model, body.dimensions, "dimensions")
     if body.late_chunks is not None or body.late_overlap is not None:
         return await late_embeddings(body, request, model, inputs.items)
     timing = Timing()

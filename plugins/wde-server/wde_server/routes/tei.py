@@ -60,7 +60,7 @@ async def embed_all(body: TeiEmbedAllRequest, request: Request, model: str | Non
     policy = truncation(body.truncate, body.truncation_direction, request)
     prompt_name = prompt_for(served, body.prompt_name)
     timing = Timing()
-    late = next((name for name in ("colbert", "multi_vector") if name in served.outputs), None)
+    late = served.late_output
     if late == "multi_vector" and served.reads_images:  # a page as a data:image/... URL
         inputs = [{"image": x} if isinstance(x, str) and x.startswith("data:image/") else x for x in inputs]
     if late is not None:  # bge-m3's ColBERT vectors; a late-interaction model's (ColQwen2) token vectors

@@ -9,7 +9,8 @@ from pydantic import Field
 from wde_server.schemas import Open, Strict, Text
 from wde_server.schemas.unions import one_of
 
-EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
+# Cohere's types, and wde's for every token's vector (a late-interaction model's; bge-m3's ColBERT vectors)
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64", "multi_vector", "multi_vector_base64"]
 
 
 class ImageUrl(Strict):
