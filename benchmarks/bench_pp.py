@@ -56,6 +56,12 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def resident_mib(pid: int) -> float:
+    """Resident memory of process ``pid`` in MiB (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 def counting_runner(engine, texts, threads: int, cpu: list[float], bubbles: list[float] | None = None):
     """A :func:`measure` runner that records each round's CPU seconds (this process and the engine's stage processes)
     and, for a pipeline engine, its bubble fraction; ``threads``: this process's torch threads (a process-wide
@@ -108,6 +114,8 @@ def run_pipeline_group(args) -> dict[str, float]:
     print("CPU seconds per round (median; this process and the stage processes): " + ", ".join(
         f"{name} {statistics.median(seconds):.1f}" for name, seconds in cpu.items()) + "; PP / sync 1 thread: "
         f"{statistics.median(cpu['pipeline_parallel 2x1 thread']) / statistics.median(cpu['sync 1 thread']):.2f}x")
+    print("resident memory of the stage processes: " + " | ".join(
+        f"{resident_mib(p.process.pid):.0f}" for p in pp.executor.processes) + " MiB (each its own torch runtime)")
     for engine in engines.values():
         engine.close()
     return medians
