@@ -82,7 +82,8 @@ def test_v2_embed_gives_token_vectors_as_floats_and_base64(served, engines):
                        embedding_types=["multi_vector", "multi_vector_base64"]).embeddings.model_extra
     expected = engines["colqwen2"].encode(pages[:2], output="multi_vector")
     assert_token_vectors(got["multi_vector"], expected)
-    width = expected[0].shape[1]
+    width = {m["model_id"]: m["vector_size"] for m in httpx.get(server.url + "/info").json()["models"]}["colqwen2"]
+    assert width == expected[0].shape[1]
     decoded = [np.frombuffer(base64.b64decode(s), dtype="<f4").reshape(-1, width) for s in got["multi_vector_base64"]]
     assert_token_vectors(decoded, expected)
     queries = client.embed(model="colqwen2", input_type="search_query", texts=QUERIES, embedding_types=["multi_vector"])

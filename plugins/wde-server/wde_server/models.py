@@ -92,7 +92,8 @@ class ServedModel:
                 "pooling": describe["pooling"], "max_input_length": self.max_model_len,
                 "max_batch_tokens": self.engine.pipeline.args.max_num_batched_tokens,
                 "max_batch_requests": self.engine.pipeline.args.max_num_seqs,
-                "outputs": list(self.outputs), "prompts": sorted(self.settings.prompts),
+                "outputs": list(self.outputs), "vector_size": self.hidden_size,
+                "prompts": sorted(self.settings.prompts),
                 "labels": [self.id2label[k] for k in sorted(self.id2label)] if self.task != "embed" else []}
 
 
