@@ -89,7 +89,7 @@ def ray(session: nox.Session) -> None:
     """wde-ray on a local Ray started by the tests: parity with Engine, embed-dataset, an actor killed, Serve."""
     install(session, *RAY, "pytest", "httpx", "sentence-transformers")  # it saves the SPLADE model the tests run
     session.run("pytest", "-m", "ray", "plugins/wde-ray/tests/test_ray.py",
-                "plugins/wde-pipeline-parallel/tests/test_pipeline_parallel_ray.py", "--durations=10", *session.posargs)
+                "plugins/wde-ray/tests/test_ray_pipeline_parallel.py", "--durations=10", *session.posargs)
 
 
 @nox.session(name="bench-ray")
@@ -105,6 +105,16 @@ def bench(session: nox.Session) -> None:
     """wde against sentence-transformers on the first 2,000 wiki paragraphs (2 threads, fp32)."""
     install(session, "sentence-transformers")
     session.run("python", "benchmarks/bench_encode.py", *session.posargs)
+
+
+@nox.session(name="bench-host")
+def bench_host(session: nox.Session) -> None:
+    """The host path with a null forward (tokenize, schedule, build, finish outputs; no model) against the raw batch
+    tokenization of the same tokenizer on the same cores: Engine.encode and the pipelined Engine.map, 50- and
+    512-token inputs, tokens/s per core (issue 29's CPU half)."""
+    install(session, "pytest")  # MiniLM's tokenizer is found through the repository's conftest
+    session.chdir("benchmarks")
+    session.run("python", "bench_host.py", *session.posargs)
 
 
 @nox.session(name="bench-rerank")

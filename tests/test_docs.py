@@ -322,6 +322,7 @@ NOT_RUN = {
     "nox -s bench-ray": "a benchmark on Ray: minutes",
     "nox -s bench-vision": "a benchmark: builds a ViT-B/32-sized CLIP and runs for tens of minutes",
     "nox -s bench-vdr": "a benchmark: builds a ColQwen2-shaped model and runs for minutes",
+    "nox -s bench-host": "a benchmark: builds a bge-base-shaped model and runs for minutes",
     "python benchmarks/bench_gpu.py --rounds 5": "needs a CUDA GPU",
     "python benchmarks/bench_gpu.py --rounds 5 --dtype bfloat16": "needs a CUDA GPU",
 }

@@ -7,7 +7,7 @@ import inspect
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -15,6 +15,7 @@ from wde_core.plugins.entries import Task, import_target
 from wde_core.assembly.pipeline import Pipeline, assemble_pipeline
 from wde_core.runtime.front_end import TaskMethods
 from wde_core.runtime.request import Request
+from wde_core.runtime.stream import map_chunks
 from wde_core.stages.worker import worker_factory
 from wde_core.tasks import Call, describe_methods, front_end_method
 
@@ -43,6 +44,7 @@ class Engine(TaskMethods):
         self.output_processor = make["output_processor"](p)
         self.executor = make["executor"](p, worker_factory(p, self.attention))
         self._in_flight: deque = deque()
+        self._owner: str | None = None
         self.batch_listeners: list[Callable[[list[Request]], None]] = []
         self._prepares: dict[str, Callable] = {}
         p.host.hook.wde_on_pipeline_assembled(pipeline=p)
@@ -90,6 +92,14 @@ class Engine(TaskMethods):
         prepared = self.prepare(method, *args, **kwargs)
         return prepared.collect(self.run(prepared.requests, show_progress=show_progress))
 
+    def map(self, method: str, chunks: Iterable[Any], *, prefetch: int = 2, errors: str = "raise",
+            **kwargs: Any) -> Iterator[Any]:
+        """``method`` (``"encode"``, ``"rerank"``, ...) over an iterable of inputs, one call per item, yielded in
+        order: the next items are validated and tokenized on a tokenizer thread while the engine runs the batches
+        of the current ones (the pipelined host path; :mod:`wde_core.runtime.stream`). ``errors="return"`` yields
+        a refused item's error in its place instead of raising it."""
+        return map_chunks(self, method, chunks, prefetch=prefetch, errors=errors, **kwargs)
+
     def _task_of(self, method: str) -> Task:
         task = self.pipeline.host.registry.method_owner(method)
         if task is None:
@@ -102,6 +112,8 @@ class Engine(TaskMethods):
         """Schedule tokenized requests and return their outputs in input order."""
         import click
 
+        if self._owner is not None:
+            raise RuntimeError(f"this engine is serving {self._owner}; finish or close it before another call")
         results: list[Any] = [None] * len(requests)
         self.scheduler.add(requests)
         try:
@@ -116,6 +128,13 @@ class Engine(TaskMethods):
             self.abort()
             raise
         return results
+
+    def claim(self, owner: str | None) -> None:
+        """Reserve the engine's scheduler for ``owner`` (a stream whose requests wait in it between two of its
+        yields), or release it (``None``); other calls raise ``RuntimeError`` meanwhile."""
+        if owner is not None and self._owner is not None:
+            raise RuntimeError(f"this engine is serving {self._owner}; finish or close it before {owner}")
+        self._owner = owner
 
     def has_unfinished(self) -> bool:
         """Whether requests wait in the scheduler or batches are in flight."""

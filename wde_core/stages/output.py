@@ -20,10 +20,26 @@ class EmbeddingOutputProcessor:
 
     def process(self, requests: list[Request], pooled: dict[str, torch.Tensor]) -> list:
         """One result per request, in batch order: a float32 vector, or ``[num_tokens, dim]`` for token_embed."""
-        dense = pooled["dense"].numpy() if "dense" in pooled else None
+        dense = self.finish_rows(pooled["dense"].numpy(), requests) if "dense" in pooled else None
         tokens = split_tokens(pooled.get("tokens"), [r.num_tokens for r in requests])
         return [self.token_vectors(tokens[i], r) if isinstance(r.options, TokenEmbedOptions)
-                else self.finish(dense[i], r) for i, r in enumerate(requests)]
+                else dense[i] for i, r in enumerate(requests)]
+
+    def finish_rows(self, vectors: np.ndarray, requests: list[Request]) -> list[np.ndarray | None]:
+        """:meth:`finish` for a batch's rows, one vectorized pass per distinct (``dimensions``, ``normalize``)
+        of its requests (no per-row numpy calls: a batch of 4,096 2-token requests finishes in microseconds)."""
+        groups: dict[tuple, list[int]] = {}
+        for i, request in enumerate(requests):
+            options = request.options
+            if not isinstance(options, TokenEmbedOptions):
+                normalize = self.normalize if options.normalize is None else options.normalize
+                groups.setdefault((options.dimensions, normalize), []).append(i)
+        rows: list[np.ndarray | None] = [None] * len(requests)
+        for (dimensions, normalize), indices in groups.items():
+            picked = vectors if len(indices) == len(requests) else vectors[indices]
+            for i, row in zip(indices, finish_vectors(picked, dimensions, normalize)):
+                rows[i] = row
+        return rows
 
     def token_vectors(self, vectors: np.ndarray, request: Request) -> np.ndarray:
         """A token_embed request's ``[num_tokens, dim]`` vectors, each normalized if it asked."""

@@ -20,17 +20,31 @@ class HFTokenizer:
     def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill each request's token ids. ``truncate``: ``True`` cuts to ``max_model_len``, ``False`` makes
         an over-long input an error, ``"chunk"`` leaves it whole (the task then splits it with :meth:`chunk`)."""
-        encoded = self.tokenizer([r.text for r in requests], add_special_tokens=True, truncation=truncate is True,
-                                 max_length=self.max_len if truncate is True else None, return_attention_mask=False,
-                                 return_token_type_ids=self.uses_token_types, verbose=False)
-        for i, request in enumerate(requests):
-            request.token_ids = encoded["input_ids"][i]
+        encodings = self.encode_texts([r.text for r in requests], self.max_len if truncate is True else None)
+        for request, encoding in zip(requests, encodings):
+            request.token_ids = encoding.ids
             if self.uses_token_types:
-                request.token_type_ids = encoded["token_type_ids"][i]
+                request.token_type_ids = encoding.type_ids
         if truncate is False:
             self.check_lengths(requests)
         if not self.include_prompt:
             self.set_prompt_lengths(requests)
+
+    def encode_texts(self, texts: list[str], max_length: int | None) -> list:
+        """The Rust tokenizer's encodings of ``texts``, special tokens added, cut to ``max_length`` tokens on the
+        tokenizer's ``truncation_side`` when given: the ids ``tokenizer(texts, truncation=...)`` gives, without its
+        per-text conversion into Python dicts (a tenth of the time of 50-token texts)."""
+        backend = self.tokenizer.backend_tokenizer
+        side = self.tokenizer.truncation_side
+        current = backend.truncation or {}
+        if max_length is None and current:
+            backend.no_truncation()
+        elif max_length is not None and (current.get("max_length"), current.get("stride"), current.get("strategy"),
+                                         current.get("direction")) != (max_length, 0, "longest_first", side):
+            backend.enable_truncation(max_length, stride=0, strategy="longest_first", direction=side)
+        if backend.padding is not None:
+            backend.no_padding()
+        return backend.encode_batch(texts, add_special_tokens=True)
 
     def chunk(self, request: Request, max_len: int) -> list[list[int]]:
         """Split an over-long request's token ids into pieces of at most ``max_len`` tokens, each wrapped
