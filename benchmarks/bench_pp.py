@@ -8,7 +8,7 @@ the share of the stages' time not spent computing: 1 - (sum of the stages' compu
 Both depend on two cores being free for the two stages; the CPU seconds each engine spends per round (this
 process and the stage processes, from /proc) do not: the work PP adds, whatever the load.
 
-Usage: python benchmarks/bench_pp.py [--pp-n 256] [--pp-layers 24] [--pp-hidden 256] [--pp-batch-tokens 1024]
+Usage: python benchmarks/bench_pp.py [--pp-n 128] [--pp-layers 24] [--pp-hidden 512] [--pp-batch-tokens 1024]
        [--rounds 3]   (also run by bench_cpu.py: its --pipeline-parallel option)
 """
 
@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's
 
 def add_options(options) -> None:
     """The options of this group (bench_cpu.py takes them too)."""
-    options.add_argument("--pp-n", type=int, default=256, help="paragraphs per round")
+    options.add_argument("--pp-n", type=int, default=128, help="paragraphs per round")
     options.add_argument("--pp-layers", type=int, default=24, help="decoder layers")
-    options.add_argument("--pp-hidden", type=int, default=256, help="decoder hidden size (intermediate: 3x)")
+    options.add_argument("--pp-hidden", type=int, default=512, help="decoder hidden size (intermediate: 3x)")
     options.add_argument("--pp-batch-tokens", type=int, default=1024, help="max_num_batched_tokens: the micro-batch")
 
 
