@@ -385,10 +385,16 @@ def save_random_colqwen2(directory, seed: int = 0, *, text: dict | None = None, 
                          embedding_dim: int = 16, max_pixels: int = 16 * 28 * 28):
     """A random ``ColQwen2ForRetrieval`` over :func:`qwen2_vl_config` and a ``Qwen2VLImageProcessor`` allowing 4
     merged patches an image up to ``max_pixels``, saved with their ``ColQwen2Processor``."""
+    tokenizer, vlm = qwen2_vl_config(directory, text=text, vision=vision)
+    return _save_colqwen2(directory, tokenizer, vlm, seed, embedding_dim, max_pixels)
+
+
+def _save_colqwen2(directory, tokenizer, vlm, seed: int, embedding_dim: int, max_pixels: int):
+    """A random ``ColQwen2ForRetrieval`` on ``vlm`` (a Qwen2-VL or Qwen2.5-VL config), saved with its
+    ``ColQwen2Processor`` (4 merged patches an image up to ``max_pixels``)."""
     import torch
     from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLImageProcessor
 
-    tokenizer, vlm = qwen2_vl_config(directory, text=text, vision=vision)
     torch.manual_seed(seed)
     model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=embedding_dim)).eval()
     _randomize_norms(model, seed)
@@ -403,12 +409,20 @@ def save_random_qwen2_vl(directory, seed: int = 0, *, max_pixels: int = 16 * 28 
     """A random ``Qwen2VLForConditionalGeneration`` over :func:`qwen2_vl_config`, saved with its tokenizer and a
     ``Qwen2VLImageProcessor`` (4 merged patches an image up to ``max_pixels``). No ``Qwen2VLProcessor``: without
     torchvision transformers cannot make one (its video processor needs it)."""
-    import torch
-    from transformers import Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
+    from transformers import Qwen2VLForConditionalGeneration
 
     tokenizer, config = qwen2_vl_config(directory)
+    return _save_vl_model(directory, Qwen2VLForConditionalGeneration, tokenizer, config, seed, max_pixels)
+
+
+def _save_vl_model(directory, model_class, tokenizer, config, seed: int, max_pixels: int):
+    """A random ``model_class(config)`` (Qwen2-VL or Qwen2.5-VL), saved with its tokenizer and a
+    ``Qwen2VLImageProcessor`` (4 merged patches an image up to ``max_pixels``)."""
+    import torch
+    from transformers import Qwen2VLImageProcessor
+
     torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config).eval()
+    model = model_class(config).eval()
     _randomize_norms(model, seed)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -711,31 +725,14 @@ def save_random_colqwen2_5(directory, seed: int = 0, *, text: dict | None = None
     """A random ``ColQwen2ForRetrieval`` on a Qwen2.5-VL backbone (:func:`qwen2_5_vl_config`: ColQwen2.5) and a
     ``Qwen2VLImageProcessor`` allowing 4 merged patches an image up to ``max_pixels``, with their
     ``ColQwen2Processor``."""
-    import torch
-    from transformers import ColQwen2Config, ColQwen2ForRetrieval, ColQwen2Processor, Qwen2VLImageProcessor
-
     tokenizer, vlm = qwen2_5_vl_config(directory, text=text, vision=vision)
-    torch.manual_seed(seed)
-    model = ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=embedding_dim)).eval()
-    _randomize_norms(model, seed)
-    model.save_pretrained(directory)
-    processor = ColQwen2Processor(image_processor=Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels),
-                                  tokenizer=tokenizer)
-    processor.save_pretrained(directory)
-    return directory
+    return _save_colqwen2(directory, tokenizer, vlm, seed, embedding_dim, max_pixels)
 
 
 def save_random_qwen2_5_vl(directory, seed: int = 0, *, max_pixels: int = 48 * 28 * 28):
     """A random ``Qwen2_5_VLForConditionalGeneration`` over :func:`qwen2_5_vl_config`, saved with its tokenizer and a
     ``Qwen2VLImageProcessor`` (Qwen2.5-VL's too; 4 merged patches an image up to ``max_pixels``)."""
-    import torch
-    from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
     tokenizer, config = qwen2_5_vl_config(directory)
-    torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    _randomize_norms(model, seed)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    Qwen2VLImageProcessor(min_pixels=4 * 28 * 28, max_pixels=max_pixels).save_pretrained(directory)
-    return directory
+    return _save_vl_model(directory, Qwen2_5_VLForConditionalGeneration, tokenizer, config, seed, max_pixels)

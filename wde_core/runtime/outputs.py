@@ -54,8 +54,12 @@ def finish_vectors(vectors: np.ndarray, dimensions: int | None, normalize: bool)
     return np.ascontiguousarray(vectors, dtype=np.float32)
 
 
+def finishing(options: Any, model_normalize: bool) -> tuple[int | None, bool]:
+    """A request's ``(dimensions, normalize)``: its own, ``normalize=None`` meaning the model's."""
+    return options.dimensions, model_normalize if options.normalize is None else options.normalize
+
+
 def finish_for_request(vectors: np.ndarray, options: Any, model_normalize: bool) -> np.ndarray:
     """:func:`finish_vectors` with a request's own ``dimensions`` and ``normalize`` (``None``: the model's)."""
-    normalize = model_normalize if options.normalize is None else options.normalize
-    return finish_vectors(vectors, options.dimensions, normalize)
+    return finish_vectors(vectors, *finishing(options, model_normalize))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from wde_core.runtime.outputs import finish_for_request, finish_vectors
+from wde_core.runtime.outputs import finish_for_request, finish_vectors, finishing
 from wde_core.runtime.request import Request, TokenEmbedOptions
 
 
@@ -30,10 +30,8 @@ class EmbeddingOutputProcessor:
         of its requests (no per-row numpy calls: a batch of 4,096 2-token requests finishes in microseconds)."""
         groups: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
-            options = request.options
-            if not isinstance(options, TokenEmbedOptions):
-                normalize = self.normalize if options.normalize is None else options.normalize
-                groups.setdefault((options.dimensions, normalize), []).append(i)
+            if not isinstance(request.options, TokenEmbedOptions):
+                groups.setdefault(finishing(request.options, self.normalize), []).append(i)
         rows: list[np.ndarray | None] = [None] * len(requests)
         for (dimensions, normalize), indices in groups.items():
             picked = vectors if len(indices) == len(requests) else vectors[indices]
