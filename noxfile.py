@@ -58,8 +58,9 @@ def kernels_wheel(session: nox.Session) -> str:
         digest.update(str(path.relative_to(source)).encode() + path.read_bytes())
     wheels = Path(__file__).parent / ".nox" / "wheels" / digest.hexdigest()[:16]
     if not list(wheels.glob("*.whl")):
-        session.run("python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(source))
+        # run_install: an install step, so `--install-only` builds it too (session.run would skip it there)
+        session.run_install("python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                            str(source))
     return str(next(wheels.glob("*.whl")))
 
 
