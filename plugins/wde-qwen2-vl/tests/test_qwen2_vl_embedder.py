@@ -108,3 +108,17 @@ def test_bad_inputs_are_refused_naming_them(qwen2_vl):
         with pytest.raises(ValueError, match="input 0: the text contains the placeholder token"):
             engine.encode(["<|image_pad|>"])
         assert engine.encode(["still serving"]).shape == (1, 64)
+
+
+def test_dimensions_are_checked_against_the_decoder_width(qwen2_vl):
+    # a Qwen2-VL config has no top-level hidden_size: the pooled vector's width is the text config's (64 here), and a
+    # larger dimensions was once passed through, giving 64-dim vectors
+    directory, reference, processor = qwen2_vl
+    picture = random_images(1, seed=3)[0]
+    with Engine(str(directory), device="cpu") as engine:
+        with pytest.raises(ValueError, match="dimensions=100 exceeds the model's embedding size 64"):
+            engine.encode(["a text", picture], dimensions=100)
+        assert engine.encode(["a text", picture], dimensions=64).shape == (2, 64)
+        short = engine.encode(["a text", picture], dimensions=16)
+    full = np.stack([reference_vector(reference, processor, item) for item in ("a text", picture)])[:, :16]
+    assert np.abs(short - full / np.linalg.norm(full, axis=1, keepdims=True)).max() <= 1e-4

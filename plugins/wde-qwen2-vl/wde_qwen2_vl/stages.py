@@ -200,14 +200,15 @@ class VisionTextInputProcessor(QueryPageInputProcessor):
     def __init__(self, pipeline) -> None:
         from wde_core.plugin_api import TextInputProcessor
 
-        self.prompts = TextInputProcessor(pipeline)
+        self.prompts = TextInputProcessor(pipeline)  # the pooled vector is the decoder's: dimensions checked against it
+        self.prompts.hidden_size = self.prompts.hidden_size or vl_config(pipeline.model.config).text_config.hidden_size
 
     def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
                 options: EmbedOptions | None = None) -> list[Request]:
         """One request per item; an image (alone or with a text) carries its :class:`ImageInput`."""
         options = options or EmbedOptions()
         if isinstance(options, TokenEmbedOptions):
-            raise ValueError("embed_tokens(): a Qwen2-VL embedder gives one vector per input; use encode()")
+            raise ValueError("embed_tokens(): this vision-language embedder gives one vector per input; use encode()")
         self.prompts.check_options(options)
         text_prompt = self.prompts.resolve_prompt(prompt, prompt_name) or ""
         items = [inputs] if isinstance(inputs, (str, dict)) or as_image_input(inputs) is not None else inputs
@@ -250,8 +251,8 @@ class VisionTextTokenizer(QueryPageTokenizer):
         """Fill token ids (and images' pixels); over ``max_model_len``: a text is cut when ``truncate``, an image
         input refused."""
         if truncate not in (True, False):
-            raise ValueError(f"truncate={truncate!r}: a Qwen2-VL embedder embeds an input whole or cut; pass True or "
-                             "False")
+            raise ValueError(f"truncate={truncate!r}: a vision-language embedder embeds an input whole or cut; pass "
+                             "True or False")
         self.check_placeholders(requests, "text")
         texts = [r for r in requests if r.image is None]
         if texts:
