@@ -736,3 +736,39 @@ def save_random_qwen2_5_vl(directory, seed: int = 0, *, max_pixels: int = 48 * 2
 
     tokenizer, config = qwen2_5_vl_config(directory)
     return _save_vl_model(directory, Qwen2_5_VLForConditionalGeneration, tokenizer, config, seed, max_pixels)
+
+
+# --- Qwen3-VL (wde-qwen3-vl's embedders) ----------------------------------------------------------------------------
+QWEN3_VL_VISION = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                       num_position_embeddings=16, deepstack_visual_indexes=[0, 2], patch_size=16,
+                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+QWEN3_VL_TEXT = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
+                     num_hidden_layers=3, max_position_embeddings=512,
+                     rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True,
+                                      "rope_theta": 10000.0})
+
+
+def save_random_qwen3_vl(directory, seed: int = 0, *, max_pixels: int = 20 * 32 * 32, text: dict | None = None,
+                         vision: dict | None = None):
+    """A random ``Qwen3VLForConditionalGeneration`` (3 vision blocks of patches of 16 px, a 4 x 4 learned position
+    grid, deepstack from blocks 0 and 2 into decoder layers 0 and 1 of 3; q/k-normed Qwen3 decoder, GQA, interleaved
+    M-RoPE sections [2, 3, 3]) over :func:`qwen2_vl_config`'s tokenizer, saved with a ``Qwen2VLImageProcessor`` at
+    Qwen3-VL's settings (16 px patches, mean and std 0.5; 4 merged patches an image up to ``max_pixels``)."""
+    import torch
+    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    tokenizer, base = qwen2_vl_config(directory)
+    config = Qwen3VLConfig(text_config={**QWEN3_VL_TEXT, "vocab_size": len(tokenizer), **(text or {})},
+                           vision_config={**QWEN3_VL_VISION, **(vision or {})}, image_token_id=base.image_token_id,
+                           video_token_id=base.video_token_id, vision_start_token_id=base.vision_start_token_id,
+                           vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"))
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(config).eval()
+    _randomize_norms(model, seed)
+    with torch.no_grad():  # HF starts the learned positions at std 0.02: make them weigh as much as the patches
+        model.model.visual.pos_embed.weight.normal_(0, 0.5)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    Qwen2VLImageProcessor(patch_size=16, min_pixels=4 * 32 * 32, max_pixels=max_pixels, image_mean=[0.5] * 3,
+                          image_std=[0.5] * 3).save_pretrained(directory)
+    return directory

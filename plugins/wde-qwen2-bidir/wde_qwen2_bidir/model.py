@@ -127,12 +127,15 @@ class DecoderEmbedder(nn.Module):
         return self.decode(self.embed_tokens(model_input.input_ids), model_input)
 
     def decode(self, x: torch.Tensor, model_input, rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
-               ) -> torch.Tensor:
+               after_layer=None) -> torch.Tensor:
         """The layers and final norm over input embeddings ``x [T, H]`` (a vision-language model's, images in);
-        ``rotary``: cos and sin ``[T, head_dim]`` of the model's own (multimodal) positions, else the tables'."""
+        ``rotary``: cos and sin ``[T, head_dim]`` of the model's own (multimodal) positions, else the tables';
+        ``after_layer(index, x)``: the hidden states after layer ``index`` (Qwen3-VL adds image features there)."""
         cos, sin = rotary if rotary is not None else self.rotary(model_input.positions)
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             x = layer(x, cos, sin, model_input.attn_metadata)
+            if after_layer is not None:
+                x = after_layer(index, x)
         return self.norm(x)
 
     def after_load_weights(self) -> None:

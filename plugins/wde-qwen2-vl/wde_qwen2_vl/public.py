@@ -1,8 +1,11 @@
 """What users and other plugins may use of wde-qwen2-vl: ``maxsim``, late-interaction scores between token vectors
 (``encode(..., output="multi_vector")`` results), the vision towers (Qwen2-VL's, Qwen2.5-VL's windowed one, and
-``vision_tower`` choosing by config) and the multimodal rotary positions; and for other
-late-interaction models (ColPali), the query/page tokenizer to build on. Their workflows may name this plugin's
-``query-page`` input processor and ``multi-vector`` output processor, and its ``late_interaction`` task serves them."""
+``vision_tower`` choosing by config), the parts of Qwen2-VL's tower other towers build on (``VisionBlock``,
+``PatchMerger``) and the multimodal rotary positions; for other late-interaction models (ColPali), the query/page
+tokenizer to build on. Their workflows may name this plugin's ``query-page`` input processor and ``multi-vector``
+output processor, and its ``late_interaction`` task serves them. Other vision-language embedders (Qwen3-VL) may
+name its ``vision-text`` input processor and ``qwen2-vl`` tokenizer, and build on ``VisionTextBatchBuilder`` (its
+batches are ``QueryPageBatch``es, an image request's pixels a ``PagePixels``)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from wde_qwen2_vl.stages import QueryPageTokenizer
-from wde_qwen2_vl.vision import VisionTower, patch_positions
+from wde_qwen2_vl.stages import PagePixels, QueryPageBatch, QueryPageTokenizer, VisionTextBatchBuilder
+from wde_qwen2_vl.vision import PatchMerger, VisionBlock, VisionTower, patch_positions
 from wde_qwen2_vl.vl_decoder import mrope_positions, vision_tower
 from wde_qwen2_vl.window_vision import WindowVisionTower, build_windows
 
@@ -28,4 +31,5 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
 
 
 __all__ = ["maxsim", "mrope_positions", "VisionTower", "WindowVisionTower", "vision_tower", "build_windows",
-           "patch_positions", "QueryPageTokenizer"]
+           "patch_positions", "QueryPageTokenizer", "VisionBlock", "PatchMerger", "VisionTextBatchBuilder",
+           "QueryPageBatch", "PagePixels"]
