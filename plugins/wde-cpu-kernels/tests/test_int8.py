@@ -32,11 +32,12 @@ def test_the_compiled_quantizer_equals_torch(dtype):
     rows[7, 3] = -50.0  # saturates at -128 with the scale below
     assert torch.equal(kernel.row_absmax(rows), rows.float().abs().amax(dim=1))
     scale = 20.0 / 127
-    expected = torch.quantize_per_tensor(rows.float(), scale, 0, torch.qint8).int_repr()
-    assert torch.equal(kernel.quantize_int8(rows, scale), expected)
+    expected = torch.quantize_per_tensor(rows.float(), scale, 0, torch.qint8).int_repr()  # symmetric int8, + 128:
+    assert torch.equal(kernel.quantize_uint8(rows, scale), (expected.to(torch.int16) + 128).to(torch.uint8))
+    assert kernel.quantize_uint8(rows, scale)[7, 3] == 0  # -128 + 128
     strided = torch.randn(64, 96).to(dtype)[:, :80]  # rows at a stride, as views of a fused projection are
-    assert torch.equal(kernel.quantize_int8(strided, 0.02),
-                       torch.quantize_per_tensor(strided.float().contiguous(), 0.02, 0, torch.qint8).int_repr())
+    expected = torch.quantize_per_tensor(strided.float().contiguous(), 0.02, 0, torch.qint8).int_repr()
+    assert torch.equal(kernel.quantize_uint8(strided, 0.02), (expected.to(torch.int16) + 128).to(torch.uint8))
 
 
 def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:

@@ -1,7 +1,9 @@
 """``quantization="int8"`` on CPU: every ``wde_core`` ``Linear`` but the down projections runs as an int8 GEMM.
 
 Weights are quantized per output channel at load (symmetric, no calibration) and prepacked for oneDNN; activations
-are quantized per batch as they come (symmetric, the batch's largest magnitude), and oneDNN's int8 linear
+are quantized per batch as they come (symmetric, the batch's largest magnitude; passed as uint8 with zero point 128,
+the form oneDNN has JIT kernels for on every int8 CPU: int8 activations fall to its reference kernel without AMX),
+and oneDNN's int8 linear
 (``onednn::qlinear_pointwise``: AMX-INT8 or AVX512-VNNI, int32 accumulation) dequantizes in its epilogue, with the
 bias, the activation (GELU, ReLU, SiLU) or the residual add fused, writing the model's dtype. Attention, norms,
 pooling and the unquantized layers stay in the dtype the user chose.
@@ -20,6 +22,7 @@ import torch
 from wde_core.plugin_api import Linear
 
 QMAX = 127.0
+ZERO_POINT = 128  # activations go to oneDNN as uint8: the symmetric int8 value + 128
 OUTLIER_FACTOR = 2.0  # rows over twice the median row's largest magnitude run in the model's dtype
 
 
@@ -75,7 +78,7 @@ class Int8Kernel:
         """``act(x @ W.T + b) + residual`` in ``x``'s dtype: the product in int8, outlier rows in ``x``'s dtype."""
         rows = x.reshape(-1, x.shape[-1])
         scale, outliers = activation_scale(rows)
-        y = self.int8(x, scale, _kernels().quantize_int8(rows, scale), residual)
+        y = self.int8(x, scale, _kernels().quantize_uint8(rows, scale), residual)
         if len(outliers):
             self.redo_in_dtype(y.view(-1, self.out_features), rows, outliers, residual)
         return y
@@ -89,11 +92,11 @@ class Int8Kernel:
         """The int8 GEMM of the quantized rows, dequantized by oneDNN with the bias, activation and residual."""
         if residual is not None and self.post_op[0] == "none" and self.activation is None:
             y = torch.ops.onednn.qlinear_pointwise.binary(
-                quantized, scale, 0, self.packed, self.weight_scale, self.zero_points,
+                quantized, scale, ZERO_POINT, self.packed, self.weight_scale, self.zero_points,
                 residual.reshape(-1, self.out_features).to(x.dtype), self.bias, 1.0, 0, x.dtype, 1.0, 0, "add", 1.0,
                 "none", [], "")
             return y.view(*x.shape[:-1], self.out_features)
-        y = torch.ops.onednn.qlinear_pointwise(quantized, scale, 0, self.packed, self.weight_scale, self.zero_points,
+        y = torch.ops.onednn.qlinear_pointwise(quantized, scale, ZERO_POINT, self.packed, self.weight_scale, self.zero_points,
                                                self.bias, 1.0, 0, x.dtype, self.post_op[0], [], self.post_op[1])
         y = y.view(*x.shape[:-1], self.out_features)
         if self.activation is not None:
@@ -119,14 +122,14 @@ class _TorchQuantizer:
         return rows.abs().amax(dim=1).float()
 
     @staticmethod
-    def quantize_int8(rows: torch.Tensor, scale: float) -> torch.Tensor:
-        return torch.quantize_per_tensor(rows.float(), scale, 0, torch.qint8).int_repr()
+    def quantize_uint8(rows: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.quantize_per_tensor(rows.float(), scale, ZERO_POINT, torch.quint8).int_repr()
 
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    """``row_absmax`` and ``quantize_int8``: the compiled module's, else torch's."""
+    """``row_absmax`` and ``quantize_uint8``: the compiled module's, else torch's."""
     from wde_cpu_kernels.attention import varlen_kernel
 
     kernel = varlen_kernel()
-    return kernel if kernel is not None and hasattr(kernel, "quantize_int8") else _TorchQuantizer()
+    return kernel if kernel is not None and hasattr(kernel, "quantize_uint8") else _TorchQuantizer()

@@ -1,6 +1,9 @@
 // int8 activation quantization for wde_cpu_kernels.int8: each row's largest magnitude (one pass), and symmetric
 // int8 with one scale (one pass, round half to even and saturate, as torch.quantize_per_tensor does), straight from
 // fp32 or bf16 rows: no widened copy, no quantized tensor to unwrap. Rows are split across torch's threads.
+// The result is stored as uint8 with zero point 128 (the int8 value + 128, torch's quint8): oneDNN's int8 matmul has
+// JIT kernels for u8 activations x s8 weights on every int8 ISA (AVX512-VNNI, AMX), while s8 activations against
+// torch's prepacked weights fall to its reference kernel on CPUs without AMX (about 1,000x slower, seen on Zen 5).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -36,17 +39,19 @@ inline __m512 load16(const c10::BFloat16* p, __mmask16 m) {
 }
 
 template <typename T>
-void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, int8_t* out) {
+void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, uint8_t* out) {
   const __m512 inv = _mm512_set1_ps(inv_scale), hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-128.f);
+  const __m128i offset = _mm_set1_epi8(static_cast<char>(0x80));  // int8 -> uint8 + 128: flip the top bit
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * stride;
-      int8_t* q = out + r * cols;
+      uint8_t* q = out + r * cols;
       for (int64_t c = 0; c < cols; c += 16) {
         const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
         // round half to even (the default MXCSR mode, as torch.quantize_per_tensor), clamped, narrowed
         __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(load16(row + c, m), inv)));
-        _mm_mask_storeu_epi8(q + c, m, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+        __m128i narrowed = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+        _mm_mask_storeu_epi8(q + c, m, _mm_xor_si128(narrowed, offset));
       }
     }
   });
@@ -69,13 +74,13 @@ at::Tensor row_absmax(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor quantize_int8(const at::Tensor& x, double scale) {
+at::Tensor quantize_uint8(const at::Tensor& x, double scale) {
   check_rows(x);
-  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kChar));
+  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kByte));
   const float inv = static_cast<float>(1.0 / scale);
   if (x.scalar_type() == at::kFloat)
-    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<int8_t>());
+    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
   else
-    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<int8_t>());
+    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
   return out;
 }

@@ -151,12 +151,13 @@ bool amx_available();
 #endif
 
 at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
-at::Tensor quantize_int8(const at::Tensor& x, double scale);  // quantize.cpp
+at::Tensor quantize_uint8(const at::Tensor& x, double scale);  // quantize.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
         py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_int8", &quantize_int8, "Symmetric int8 of fp32/bf16 rows with one scale", py::arg("x"),
+  m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8)",
+        py::arg("x"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
