@@ -1,17 +1,22 @@
-"""``quantization="int8"`` on CPU: every ``wde_core`` ``Linear`` but the down projections runs as an int8 GEMM.
+"""``quantization="int8"`` on CPU: every ``wde_core`` ``Linear`` runs as an int8 GEMM.
 
 Weights are quantized per output channel at load (symmetric, no calibration) and prepacked for oneDNN; activations
-are quantized per batch as they come (symmetric, the batch's largest magnitude; passed as uint8 with zero point 128,
-the form oneDNN has JIT kernels for on every int8 CPU: int8 activations fall to its reference kernel without AMX),
-and oneDNN's int8 linear
-(``onednn::qlinear_pointwise``: AMX-INT8 or AVX512-VNNI, int32 accumulation) dequantizes in its epilogue, with the
-bias, the activation (GELU, ReLU, SiLU) or the residual add fused, writing the model's dtype. Attention, norms,
-pooling and the unquantized layers stay in the dtype the user chose.
+are quantized as they come (symmetric; passed as uint8 with zero point 128, the form oneDNN has JIT kernels for on
+every int8 CPU: int8 activations fall to its reference kernel without AMX), and oneDNN's int8 linear
+(``onednn::qlinear_pointwise``: AMX-INT8 or AVX512-VNNI, int32 accumulation) runs the product. Attention, norms and
+pooling stay in the dtype the user chose.
 
-Kept in that dtype: linear layers with more inputs than outputs, the FFN down projections, whose input (the FFN
-activation's output) is the heaviest-tailed; and the outlier rows of every quantized layer (``activation_scale``).
-On all-MiniLM-L6-v2 over 600 wiki paragraphs, min cosine against float32: 0.970 with every layer in int8 and one
-scale, 0.991 with the down projections kept, 0.9986 with the outlier rows kept too (docs/performance.md)."""
+- Layers with more outputs than inputs (QKV, attention output, FFN in): one activation scale per batch, the batch's
+  largest ordinary magnitude; oneDNN dequantizes in its epilogue with the bias, the activation (GELU, ReLU, SiLU)
+  or the residual add fused, writing the model's dtype. The outlier rows (``activation_scale``: BERT's special
+  tokens) are recomputed in the model's dtype so that they do not set the scale.
+- Down projections (more inputs than outputs; the FFN activation's output is the heaviest-tailed input): one scale
+  per token (``PerTokenInt8Kernel``), which oneDNN's fused epilogue does not take: the GEMM writes float32, the
+  compiled ``dequantize_rows`` applies each row's scale, the bias and the residual in one pass.
+
+On all-MiniLM-L6-v2 over 600 wiki paragraphs, min cosine against float32: 0.970 with every layer at one scale per
+batch, 0.9986 with the down projections kept in the model's dtype, 0.9970-0.9975 with them per token (a
+cross-encoder's Spearman 0.992 against 0.993 kept; docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -35,22 +40,22 @@ def int8_supported() -> str | None:
     return None
 
 
-def kept_in_dtype(layer: Linear) -> bool:
-    """Whether ``layer`` stays unquantized: a down projection (more inputs than outputs)."""
-    return layer.in_features > layer.out_features
+def per_token(layer: Linear) -> bool:
+    """Whether ``layer`` takes one activation scale per token: a down projection (more inputs than outputs) with no
+    activation of its own."""
+    return layer.in_features > layer.out_features and not layer.activation
 
 
 def quantize_model(model: torch.nn.Module) -> dict[str, list[str]]:
     """Quantize ``model``'s ``Linear`` layers in place (the ``wde_quantization`` hook's function); returns the
-    names of the layers quantized and of those kept, and refuses a model with no ``Linear`` to quantize."""
-    done: dict[str, list[str]] = {"int8": [], "kept": []}
+    names of the layers quantized per batch and per token, and refuses a model with no ``Linear`` to quantize."""
+    done: dict[str, list[str]] = {"int8": [], "int8 per token": []}
     for name, module in model.named_modules():
         if isinstance(module, Linear):
-            kept = kept_in_dtype(module)
-            done["kept" if kept else "int8"].append(name)
-            if not kept:
-                module.kernel = Int8Kernel(module)
-    if not done["int8"]:
+            tokenwise = per_token(module)
+            done["int8 per token" if tokenwise else "int8"].append(name)
+            module.kernel = PerTokenInt8Kernel(module) if tokenwise else Int8Kernel(module)
+    if not done["int8"] and not done["int8 per token"]:
         raise ValueError(f"quantization='int8': {type(model).__name__} has no wde_core Linear layer to quantize "
                          "(its plugin's layers cannot take int8); leave quantization unset for this model")
     model.quantization_report = done
@@ -63,12 +68,7 @@ class Int8Kernel:
     special tokens, 3-8x the others) recomputed in the model's dtype so that they do not set it."""
 
     def __init__(self, layer: Linear) -> None:
-        weight = layer.weight.detach().float()
-        self.weight_scale = (weight.abs().amax(dim=1) / QMAX).clamp(min=1e-12)
-        quantized = torch.round(weight / self.weight_scale[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
-        self.packed = torch.ops.onednn.qlinear_prepack(quantized, None)
-        self.zero_points = torch.zeros(layer.out_features, dtype=torch.long)
-        self.bias = None if layer.bias is None else layer.bias.detach().float()
+        self.weight_scale, self.packed, self.zero_points, self.bias = quantize_weight(layer)
         fused = layer.epilogue if layer.activation else ("none", "")  # the oneDNN post-op Linear itself fuses
         self.post_op, self.activation = (fused, None) if fused is not None else (("none", ""), layer.act)
         self.out_features = layer.out_features
@@ -104,6 +104,33 @@ class Int8Kernel:
         return y if residual is None else y + residual
 
 
+def quantize_weight(layer: Linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``layer``'s weight as symmetric int8 per output channel, prepacked for oneDNN: (scales, packed weight, the
+    weight's zero points, the bias in float32)."""
+    weight = layer.weight.detach().float()
+    scale = (weight.abs().amax(dim=1) / QMAX).clamp(min=1e-12)
+    quantized = torch.round(weight / scale[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    bias = None if layer.bias is None else layer.bias.detach().float()
+    return scale, torch.ops.onednn.qlinear_prepack(quantized, None), torch.zeros(len(scale), dtype=torch.long), bias
+
+
+class PerTokenInt8Kernel:
+    """A down projection as an int8 GEMM with one activation scale per token: oneDNN writes the int32 products
+    times the weight scales as float32, then each row's own scale, the bias and the residual go on in one pass."""
+
+    def __init__(self, layer: Linear) -> None:
+        self.weight_scale, self.packed, self.zero_points, self.bias = quantize_weight(layer)
+        self.out_features = layer.out_features
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``x @ W.T + b + residual`` in ``x``'s dtype, each row of ``x`` quantized with its own scale."""
+        quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]))
+        products = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, ZERO_POINT, self.packed, self.weight_scale,
+                                                      self.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
+        y = _kernels().dequantize_rows(products, scales, self.bias, residual, x.dtype == torch.bfloat16)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
 def activation_scale(rows: torch.Tensor) -> tuple[float, torch.Tensor]:
     """The int8 scale of ``rows`` (the largest magnitude of the ordinary rows / 127) and the outlier rows: those
     whose largest magnitude is over ``OUTLIER_FACTOR`` times the median row's (BERT's special tokens carry 3-8x;
@@ -125,11 +152,24 @@ class _TorchQuantizer:
     def quantize_uint8(rows: torch.Tensor, scale: float) -> torch.Tensor:
         return torch.quantize_per_tensor(rows.float(), scale, ZERO_POINT, torch.quint8).int_repr()
 
+    @staticmethod
+    def quantize_rows_uint8(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scales = rows.abs().amax(dim=1).float().clamp(min=1e-8) / QMAX
+        quantized = torch.round(rows.float() / scales[:, None]).clamp(-QMAX - 1, QMAX) + ZERO_POINT
+        return quantized.to(torch.uint8), scales
+
+    @staticmethod
+    def dequantize_rows(products, scales, bias, residual, bfloat16: bool) -> torch.Tensor:
+        y = products * scales[:, None] + (0.0 if bias is None else bias)
+        y = y if residual is None else y + residual.reshape(y.shape).float()
+        return y.to(torch.bfloat16 if bfloat16 else torch.float32)
+
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    """``row_absmax`` and ``quantize_uint8``: the compiled module's, else torch's."""
+    """``row_absmax``, ``quantize_uint8``, ``quantize_rows_uint8`` and ``dequantize_rows``: the compiled module's,
+    else torch's."""
     from wde_cpu_kernels.attention import varlen_kernel
 
     kernel = varlen_kernel()
-    return kernel if kernel is not None and hasattr(kernel, "quantize_uint8") else _TorchQuantizer()
+    return kernel if kernel is not None and hasattr(kernel, "dequantize_rows") else _TorchQuantizer()

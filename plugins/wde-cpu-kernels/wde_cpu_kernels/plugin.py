@@ -32,7 +32,7 @@ def wde_select_attention_backend(device, dtype, causal):
 
 @hookimpl
 def wde_quantization(scheme, device, dtype):
-    """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for every ``Linear`` but the down projections."""
+    """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for every ``Linear``."""
     if scheme != "int8" or device.type != "cpu":
         return None
     from wde_cpu_kernels.int8 import int8_supported
@@ -43,5 +43,6 @@ def wde_quantization(scheme, device, dtype):
     named = str(dtype).replace("torch.", "")
     return ("wde_cpu_kernels.int8:quantize_model",
             "int8 (wde-cpu-kernels): linear layers as oneDNN int8 GEMMs, weights per output channel, activations per "
-            f"batch, dequantized with bias/activation/residual in the epilogue; kept in {named}: down projections "
-            f"(more inputs than outputs, the FFN's); attention, norms and pooling in {named}")
+            "batch (outlier rows in the model dtype), dequantized with bias/activation/residual in the epilogue; down "
+            f"projections (more inputs than outputs, the FFN's) with activations per token; attention, norms and "
+            f"pooling in {named}")

@@ -38,20 +38,67 @@ inline __m512 load16(const c10::BFloat16* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+// one row: x * inv rounded half to even (the default MXCSR mode, as torch.quantize_per_tensor), clamped to int8,
+// stored + 128 as uint8
+template <typename T>
+inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t* q) {
+  const __m512 hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-128.f);
+  const __m128i offset = _mm_set1_epi8(static_cast<char>(0x80));  // int8 -> uint8 + 128: flip the top bit
+  for (int64_t c = 0; c < cols; c += 16) {
+    const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+    __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(load16(row + c, m), inv)));
+    __m128i narrowed = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
+    _mm_mask_storeu_epi8(q + c, m, _mm_xor_si128(narrowed, offset));
+  }
+}
+
 template <typename T>
 void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, uint8_t* out) {
-  const __m512 inv = _mm512_set1_ps(inv_scale), hi = _mm512_set1_ps(127.f), lo = _mm512_set1_ps(-128.f);
-  const __m128i offset = _mm_set1_epi8(static_cast<char>(0x80));  // int8 -> uint8 + 128: flip the top bit
+  const __m512 inv = _mm512_set1_ps(inv_scale);
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) quantize_row(x + r * stride, cols, inv, out + r * cols);
+  });
+}
+
+// each row with its own scale (its largest magnitude / 127): the row is read twice while in cache
+template <typename T>
+void quantize_per_row(const T* x, int64_t rows, int64_t cols, int64_t stride, uint8_t* out, float* scales) {
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * stride;
-      uint8_t* q = out + r * cols;
+      float m = 0.f;
+#pragma omp simd reduction(max : m)
+      for (int64_t c = 0; c < cols; ++c) m = std::max(m, std::fabs(widen(row[c])));
+      scales[r] = std::max(m, 1e-8f) / 127.f;
+      quantize_row(row, cols, _mm512_set1_ps(127.f / std::max(m, 1e-8f)), out + r * cols);
+    }
+  });
+}
+
+// 16 fp32 values rounded half to even to bf16 (integer arithmetic: any AVX-512 CPU, finite values)
+inline __m256i round_to_bf16(__m512 v) {
+  __m512i bits = _mm512_castps_si512(v);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  bits = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
+}
+
+inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+inline void store16(c10::BFloat16* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, round_to_bf16(v)); }
+
+// y[r, c] = acc[r, c] * scales[r] + bias[c] + residual[r, c], written as T
+template <typename T>
+void dequantize_per_row(const float* acc, const float* scales, const float* bias, const T* residual, int64_t rows,
+                        int64_t cols, T* y) {
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const __m512 s = _mm512_set1_ps(scales[r]);
       for (int64_t c = 0; c < cols; c += 16) {
         const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
-        // round half to even (the default MXCSR mode, as torch.quantize_per_tensor), clamped, narrowed
-        __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_mul_ps(load16(row + c, m), inv)));
-        __m128i narrowed = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
-        _mm_mask_storeu_epi8(q + c, m, _mm_xor_si128(narrowed, offset));
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + r * cols + c), s);
+        if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+        if (residual != nullptr) v = _mm512_add_ps(v, load16(residual + r * cols + c, m));
+        store16(y + r * cols + c, v, m);
       }
     }
   });
@@ -83,4 +130,38 @@ at::Tensor quantize_uint8(const at::Tensor& x, double scale) {
   else
     quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x) {
+  check_rows(x);
+  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kByte));
+  auto scales = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  if (x.scalar_type() == at::kFloat)
+    quantize_per_row(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<uint8_t>(),
+                     scales.data_ptr<float>());
+  else
+    quantize_per_row(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<uint8_t>(),
+                     scales.data_ptr<float>());
+  return {out, scales};
+}
+
+at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
+                           const c10::optional<at::Tensor>& residual, bool bfloat16) {
+  TORCH_CHECK(acc.dim() == 2 && acc.is_contiguous() && acc.scalar_type() == at::kFloat, "expected float32 rows");
+  const at::ScalarType dtype = bfloat16 ? at::kBFloat16 : at::kFloat;
+  TORCH_CHECK(scales.is_contiguous() && scales.numel() == acc.size(0), "one float32 scale per row");
+  const int64_t rows = acc.size(0), cols = acc.size(1);
+  at::Tensor b = bias.has_value() ? bias->contiguous().to(at::kFloat) : at::Tensor();
+  at::Tensor res = residual.has_value() ? residual->reshape({rows, cols}).contiguous().to(dtype) : at::Tensor();
+  TORCH_CHECK(!b.defined() || b.numel() == cols, "one bias per column");
+  auto y = at::empty({rows, cols}, acc.options().dtype(dtype));
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (dtype == at::kFloat)
+    dequantize_per_row(acc.data_ptr<float>(), scales.data_ptr<float>(), bp,
+                       res.defined() ? res.data_ptr<float>() : nullptr, rows, cols, y.data_ptr<float>());
+  else
+    dequantize_per_row(acc.data_ptr<float>(), scales.data_ptr<float>(), bp,
+                       res.defined() ? res.data_ptr<c10::BFloat16>() : nullptr, rows, cols,
+                       y.data_ptr<c10::BFloat16>());
+  return y;
 }

@@ -152,6 +152,9 @@ bool amx_available();
 
 at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
 at::Tensor quantize_uint8(const at::Tensor& x, double scale);  // quantize.cpp
+std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x);  // quantize.cpp
+at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
+                           const c10::optional<at::Tensor>& residual, bool bfloat16);  // quantize.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
@@ -159,6 +162,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8)",
         py::arg("x"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+  m.def("quantize_rows_uint8", &quantize_rows_uint8, "Symmetric int8 of each row with its own scale, + 128; and the "
+        "scales", py::arg("x"), py::call_guard<py::gil_scoped_release>());
+  m.def("dequantize_rows", &dequantize_rows, "acc * row scale + bias + residual, as float32 or bfloat16",
+        py::arg("acc"),
+        py::arg("scales"), py::arg("bias"), py::arg("residual"), py::arg("bfloat16"),
+        py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
         py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
