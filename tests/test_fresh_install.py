@@ -26,9 +26,11 @@ def run(*command: str, cwd: Path = ROOT, timeout: int = 900) -> str:
 def test_core_and_bert_alone_use_torch_sdpa_and_compile_nothing(tmp_path):
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", str(venv))
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt")]
-    run(*pip, "torch==2.13.0")
-    run(*pip, ".", "./plugins/wde-bert[default-model]")
+    # one install, as the README's quick start; --no-compile: byte-compiling torch, transformers, scipy, ... at
+    # install (pip's default, and what PIP_NO_COMPILE=1 asks for: pip reads it as --compile) doubles its time here,
+    # for two processes that import a fraction of them
+    run(str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints.txt"),
+        "torch==2.13.0", ".", "./plugins/wde-bert[default-model]")
     installed = run(str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json")
     names = {package["name"].lower() for package in json.loads(installed)}
     assert {"wde-core", "wde-bert"} <= names and not names & {"wde-cpu-kernels", "ninja"}, sorted(names)
