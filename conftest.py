@@ -516,9 +516,18 @@ def ci_enforced() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty where there is no such file."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
 def missing_hardware(reason: str) -> bool:
     """Whether a skip's ``reason`` names hardware this machine lacks: ``N`` CUDA devices or GPUs, a CUDA device
-    (or GPU), an AVX-512 CPU."""
+    (or GPU), an AVX-512 CPU, a CPU with AMX-BF16."""
     import torch
 
     text = reason.lower()
@@ -526,6 +535,8 @@ def missing_hardware(reason: str) -> bool:
         return torch.cuda.device_count() < int(count.group(1))
     if "cuda" in text or "gpu" in text:
         return not torch.cuda.is_available()
+    if "amx" in text:
+        return not {"amx_bf16", "amx_tile"} <= cpu_flags()
     if "avx-512" in text or "avx512" in text:
         return "AVX512" not in torch.backends.cpu.get_cpu_capability()
     return False

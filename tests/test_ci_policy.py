@@ -176,6 +176,14 @@ def test_only_missing_hardware_may_skip_under_ci(monkeypatch, reason, cuda_devic
     assert missing_hardware(reason) is hardware
 
 
+@pytest.mark.parametrize("flags, hardware", [({"avx512f"}, True), ({"avx512f", "amx_bf16", "amx_tile"}, False)])
+def test_a_cpu_without_amx_may_skip_the_amx_tests_under_ci(monkeypatch, flags, hardware):
+    import conftest
+
+    monkeypatch.setattr(conftest, "cpu_flags", lambda: flags)
+    assert missing_hardware("no AMX-BF16 on this CPU (hardware)") is hardware
+
+
 def test_module_marks_are_read_from_the_source():
     plugin_tests = ROOT / "plugins"
     assert module_marks(plugin_tests / "wde-ray" / "tests" / "test_ray.py") == {"ray"}  # set after its importorskip

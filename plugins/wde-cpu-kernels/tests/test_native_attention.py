@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import BertModel
 
-from conftest import save_random_bert
+from conftest import cpu_flags, save_random_bert
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
@@ -95,11 +95,6 @@ def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads,
     theirs = attend(SdpaAttention(), *half, seq_lens, causal, 40).float()
     ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
     assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
-
-
-def cpu_flags() -> set[str]:
-    with open("/proc/cpuinfo") as info:
-        return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
 
 
 @needs_kernel
