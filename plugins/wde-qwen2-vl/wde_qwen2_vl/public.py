@@ -5,7 +5,8 @@
 tokenizer to build on. Their workflows may name this plugin's ``query-page`` input processor and ``multi-vector``
 output processor, and its ``late_interaction`` task serves them. Other vision-language embedders (Qwen3-VL) may
 name its ``vision-text`` input processor and ``qwen2-vl`` tokenizer, and build on ``VisionTextBatchBuilder`` (its
-batches are ``QueryPageBatch``es, an image request's pixels a ``PagePixels``)."""
+batches are ``QueryPageBatch``es, an image request's pixels a ``PagePixels``) and ``map_vl_name`` (checkpoint
+names onto a ``text`` decoder and a ``visual`` tower)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from wde_qwen2_vl.stages import PagePixels, QueryPageBatch, QueryPageTokenizer, VisionTextBatchBuilder
 from wde_qwen2_vl.vision import PatchMerger, VisionBlock, VisionTower, patch_positions
-from wde_qwen2_vl.vl_decoder import mrope_positions, vision_tower
+from wde_qwen2_vl.vl_decoder import map_vl_name, mrope_positions, vision_tower
 from wde_qwen2_vl.window_vision import WindowVisionTower, build_windows
 
 
@@ -32,4 +33,4 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
 
 __all__ = ["maxsim", "mrope_positions", "VisionTower", "WindowVisionTower", "vision_tower", "build_windows",
            "patch_positions", "QueryPageTokenizer", "VisionBlock", "PatchMerger", "VisionTextBatchBuilder",
-           "QueryPageBatch", "PagePixels"]
+           "QueryPageBatch", "PagePixels", "map_vl_name"]

@@ -32,12 +32,13 @@ def text_config(vl_config):
     return text
 
 
-def map_vl_name(model, name: str):
-    """``(parameter, rows)`` of ``model`` (a ``text`` decoder and a ``visual`` tower) for a Qwen2-VL checkpoint name;
-    ``None`` for the language-model head."""
+def map_vl_name(model, name: str, prefixes: tuple[tuple[str, str], ...] = _PREFIXES):
+    """``(parameter, rows)`` of ``model`` (a ``text`` decoder and a ``visual`` tower) for a checkpoint name, by
+    ``prefixes`` (checkpoint prefix, ``"visual."`` or ``"text."``; Qwen2-VL's layouts by default); ``None`` for the
+    language-model head."""
     if name.startswith(("lm_head.", "model.lm_head.")):
         return None
-    for prefix, ours in _PREFIXES:
+    for prefix, ours in prefixes:
         if name.startswith(prefix):
             rest = name[len(prefix):]
             if ours == "visual.":

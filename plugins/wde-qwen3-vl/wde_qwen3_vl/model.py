@@ -12,6 +12,7 @@ from torch import nn
 
 from wde_core.plugin_api import rope_parameters
 from wde_qwen2_bidir.public import DecoderEmbedder
+from wde_qwen2_vl.public import map_vl_name
 from wde_qwen3_vl.vision import Qwen3VisionTower
 
 # checkpoint prefixes (Qwen3VLForConditionalGeneration's, then Qwen3VLModel's) -> the model's submodules
@@ -80,14 +81,4 @@ class Qwen3VLEmbedder(nn.Module):
 
     def map_checkpoint_name(self, name: str):
         """``(parameter, rows)`` for a checkpoint name of either layout; ``None`` for the language-model head."""
-        if name.startswith(("lm_head.", "model.lm_head.")):
-            return None
-        for prefix, ours in _PREFIXES:
-            if name.startswith(prefix):
-                rest = name[len(prefix):]
-                if ours == "visual.":
-                    mapped, rows = self.visual.map_checkpoint_name(rest)
-                    return ours + mapped, rows
-                mapped = self.text.map_checkpoint_name(rest)
-                return None if mapped is None else ("text." + mapped[0], mapped[1])
-        return name, None
+        return map_vl_name(self, name, _PREFIXES)
