@@ -111,7 +111,9 @@ struct Fp32 {
   static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     ::scores(h, sc.s.data(), width, D, i, rows, j0, j1);
   }
-  static void probabilities(Scratch&, int, int, int) {}  // the kernel sums the fp32 exps in place
+  static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
+    softmax_rows<ROWS>(sc.s.data(), width, j0, j1, lo, hi, scale, sc.inv.data());  // the fp32 exps stay in place
+  }
   static void weighted_values(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     ::weighted_values(h, sc, width, D, i, rows, j0, j1);
   }

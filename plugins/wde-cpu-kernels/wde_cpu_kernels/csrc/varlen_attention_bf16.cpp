@@ -2,7 +2,7 @@
 // (vdpbf16ps: two bf16 products per fp32 lane), softmax in fp32; on AMX CPUs by tile products instead
 // (varlen_attention_amx.cpp). Keys are packed as (d, d+1) pairs per key,
 // values as (row j, row j+1) pairs per head dim, probabilities rounded to bf16 for the weighted sum (as a
-// bf16 matrix product would). Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
+// bf16 matrix product would), their exps by a short polynomial (softmax_rows_bf16). Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
 #include <torch/extension.h>
 
 #include <cstring>
@@ -60,8 +60,8 @@ struct Bf16 {
     }
   }
 
-  static void probabilities(Scratch& sc, int r, int width, int n) {
-    round_row(sc.s.data() + r * width, sc.p.data() + r * width, n);
+  static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
+    softmax_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, j1, lo, hi, scale, sc.inv.data());
   }
 
   template <int NC>

@@ -90,7 +90,7 @@ inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, con
 }
 
 // Query rows [row0, row1) of one head of a sequence of L tokens; `Ops` packs the keys (and values), computes
-// scores, turns a row of scores into probabilities and sums the values (one implementation per dtype).
+// scores, turns the block's scores into probabilities and sums the values (one implementation per dtype).
 template <typename Ops, typename Head, typename Scratch>
 void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int window, float scale, Scratch& sc) {
   const int width = ((L + 15) & ~15) + KEYS;
@@ -110,8 +110,7 @@ void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int win
     int los[ROWS], his[ROWS];
     for (int r = 0; r < ROWS; ++r)  // rows past `rows` repeat the last row: computed, never stored
       key_range(i + std::min(r, rows - 1), L, causal, window, &los[r], &his[r]);
-    softmax_rows<ROWS>(sc.s.data(), width, j0, jend, los, his, scale, sc.inv.data());
-    for (int r = 0; r < ROWS; ++r) Ops::probabilities(sc, r, width, jend - j0);
+    Ops::softmax(sc, width, j0, jend, los, his, scale);
     Ops::weighted_values(h, sc, width, D, i, rows, j0, j1);
   }
 }
