@@ -1,5 +1,5 @@
 """Registers the ``cpu_varlen`` attention backend and picks it on CPU where it serves the dtype; provides
-``quantization="int8"`` on CPU (``wde_cpu_kernels.int8``)."""
+``quantization="int8"`` on CPU (``wde_cpu_kernels.int8``); tunes glibc's malloc for CPU batches (``wde_cpu_kernels.memory``)."""
 
 from __future__ import annotations
 
@@ -46,3 +46,12 @@ def wde_quantization(scheme, device, dtype):
             "batch (outlier rows in the model dtype), dequantized with bias/activation/residual in the epilogue; down "
             f"projections (more inputs than outputs, the FFN's) with activations per token; attention, norms and "
             f"pooling in {named}")
+
+
+@hookimpl
+def wde_on_pipeline_assembled(pipeline):
+    """On CPU, glibc's malloc keeps a batch's multi-megabyte buffers for the next batch (``wde_cpu_kernels.memory``)."""
+    if pipeline.device.type == "cpu":
+        from wde_cpu_kernels.memory import tune_malloc
+
+        tune_malloc()
