@@ -41,6 +41,28 @@ def test_the_compiled_quantizer_equals_torch(dtype):
     assert torch.equal(kernel.quantize_uint8(strided, 0.02), (expected.to(torch.int16) + 128).to(torch.uint8))
 
 
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 301])
+def test_one_call_finds_the_outliers_and_quantizes_as_torch_does(dtype, rows):
+    """quantize_batch_uint8 against torch: the lower median's row magnitude times the factor marks the outliers, the
+    largest of the other rows sets the scale, torch.quantize_per_tensor gives the int8 values (outliers saturate)."""
+    torch.manual_seed(rows)
+    x = (torch.rand(rows, 200) * 2 - 1).to(dtype)  # every row's largest magnitude near 1
+    x[rows // 3, 5] = 40.0  # one outlier row
+    quantized, scale, outliers = varlen_kernel().quantize_batch_uint8(x, 2.0)
+    magnitudes = x.float().abs().amax(dim=1)
+    outlying = magnitudes > 2.0 * magnitudes.median()
+    assert torch.equal(outliers, outlying.nonzero().flatten())
+    assert scale == max(magnitudes[~outlying].max().item(), 1e-8) / 127
+    expected = torch.quantize_per_tensor(x.float(), scale, 128, torch.quint8).int_repr()
+    assert (quantized.int() - expected.int()).abs().max() <= 1  # x * (1 / s) against torch's x / s at a half
+    assert (quantized == expected).float().mean() > 0.99
+    assert outliers.tolist() == ([] if rows == 1 else [rows // 3])  # one row is its own median
+    torch_quantized, torch_scale, torch_outliers = int8._TorchQuantizer.quantize_batch_uint8(x, 2.0)  # the fallback
+    assert torch_scale == scale and torch.equal(torch_outliers, outliers) and torch.equal(torch_quantized, expected)
+
 def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:
     """The same quantization done by hand in float64: per-channel weights, one activation scale for the ordinary
     rows, the outlier rows exactly in float."""

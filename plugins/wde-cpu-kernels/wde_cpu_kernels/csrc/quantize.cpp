@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
+#include <vector>
 
 namespace {
 
@@ -130,6 +132,34 @@ at::Tensor quantize_uint8(const at::Tensor& x, double scale) {
   else
     quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
   return out;
+}
+
+// row_absmax, the outlier rows and the scale of the rest, and quantize_uint8 in one call: the scale is the largest
+// magnitude of the rows at most `factor` times the median row's (torch.median's lower median) / 127, the outliers are
+// the others (their indices, ascending), and every row is quantized with that scale (the outliers saturate).
+std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor) {
+  check_rows(x);
+  const int64_t rows = x.size(0);
+  TORCH_CHECK(rows > 0, "expected at least one row");
+  std::vector<float> mags(rows);
+  if (x.scalar_type() == at::kFloat)
+    absmax_rows(x.data_ptr<float>(), rows, x.size(1), x.stride(0), mags.data());
+  else
+    absmax_rows(x.data_ptr<c10::BFloat16>(), rows, x.size(1), x.stride(0), mags.data());
+  std::vector<float> sorted(mags);
+  std::nth_element(sorted.begin(), sorted.begin() + (rows - 1) / 2, sorted.end());
+  const float limit = static_cast<float>(factor) * sorted[(rows - 1) / 2];
+  std::vector<int64_t> outlying;
+  float largest = 0.f;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (mags[r] > limit) outlying.push_back(r);
+    else largest = std::max(largest, mags[r]);
+  }
+  const double scale = std::max(static_cast<double>(largest), 1e-8) / 127.0;
+  at::Tensor quantized = quantize_uint8(x, scale);
+  at::Tensor outliers = at::empty({static_cast<int64_t>(outlying.size())}, x.options().dtype(at::kLong));
+  std::copy(outlying.begin(), outlying.end(), outliers.data_ptr<int64_t>());
+  return {quantized, scale, outliers};
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x) {

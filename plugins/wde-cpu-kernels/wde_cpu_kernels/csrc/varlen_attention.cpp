@@ -155,6 +155,7 @@ bool amx_available();
 at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
 at::Tensor quantize_uint8(const at::Tensor& x, double scale);  // quantize.cpp
 std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x);  // quantize.cpp
+std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor);  // quantize.cpp
 at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
                            const c10::optional<at::Tensor>& residual, bool bfloat16);  // quantize.cpp
 
@@ -164,6 +165,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8)",
         py::arg("x"),
         py::arg("scale"), py::call_guard<py::gil_scoped_release>());
+  m.def("quantize_batch_uint8", &quantize_batch_uint8, "One scale for the rows at most `factor` times the median "
+        "row's largest magnitude, those rows' indices (outliers), and all rows quantized with it (+ 128, uint8)",
+        py::arg("x"), py::arg("factor"), py::call_guard<py::gil_scoped_release>());
   m.def("quantize_rows_uint8", &quantize_rows_uint8, "Symmetric int8 of each row with its own scale, + 128; and the "
         "scales", py::arg("x"), py::call_guard<py::gil_scoped_release>());
   m.def("dequantize_rows", &dequantize_rows, "acc * row scale + bias + residual, as float32 or bfloat16",
