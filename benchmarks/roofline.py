@@ -11,6 +11,7 @@ import torch
 GEMM_OPS = ("mkldnn::_linear_pointwise", "onednn::qlinear_pointwise", "aten::addmm", "aten::mm", "aten::linear", "aten::matmul", "aten::bmm")
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::softmax", "aten::baddbmm", "wde::varlen_attention")
 NORM_OPS = ("layer_norm", "rms_norm")
+QUANTIZE_OPS = ("wde::int8_",)  # wde-cpu-kernels' compiled (de)quantization, named while a profiler records
 
 
 def layer_shapes(config) -> list[tuple[int, int]]:
@@ -22,7 +23,8 @@ def layer_shapes(config) -> list[tuple[int, int]]:
 def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: int = 10, int8: bool = False) -> float:
     """GFLOP/s of wde's prepacked ``Linear`` over ``tokens`` rows at the block's shapes, FLOP-weighted (best of
     ``reps`` per shape); the activation epilogue of the FFN-in layer included, as the model runs it. ``int8``:
-    every layer through wde-cpu-kernels' int8 kernel (activation quantization included), ``dtype`` around it."""
+    every layer through wde-cpu-kernels' int8 kernel as the model runs it (the down projection per token;
+    activation quantization included), ``dtype`` around it."""
     from wde_core.plugin_api import Linear
 
     flops, seconds = 0.0, 0.0
@@ -31,9 +33,9 @@ def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: in
         layer = Linear(n_in, n_out, activation=act).to(dtype).eval().requires_grad_(False)
         layer.prepack()
         if int8:
-            from wde_cpu_kernels.int8 import Int8Kernel
+            from wde_cpu_kernels.int8 import Int8Kernel, PerTokenInt8Kernel, per_token
 
-            layer.kernel = Int8Kernel(layer)
+            layer.kernel = PerTokenInt8Kernel(layer) if per_token(layer) else Int8Kernel(layer)
         x = torch.randn(tokens, n_in, dtype=dtype)
         with torch.inference_mode():
             layer(x)
@@ -50,8 +52,9 @@ def _time(fn) -> float:
 
 
 def time_shares(engine, texts: list[str]) -> dict[str, float]:
-    """Seconds of one ``encode(texts)`` by kind: gemm, attention, norms, other ops, and host (the rest of the wall
-    time: tokenization, scheduling, batching, pooling glue and Python), from the profiler's self CPU times."""
+    """Seconds of one ``encode(texts)`` by kind: gemm, attention, norms, int8 (de)quantization, other ops, and host
+    (the rest of the wall time: tokenization, scheduling, batching, pooling glue and Python), from the profiler's
+    self CPU times."""
     from torch.profiler import ProfilerActivity, profile
 
     engine.encode(texts[:32])
@@ -68,7 +71,8 @@ def time_shares(engine, texts: list[str]) -> dict[str, float]:
 
 
 def _kind(name: str) -> str:
-    for kind, ops in (("gemm", GEMM_OPS), ("attention", ATTENTION_OPS), ("norms", NORM_OPS)):
+    for kind, ops in (("gemm", GEMM_OPS), ("attention", ATTENTION_OPS), ("norms", NORM_OPS),
+                      ("quantize", QUANTIZE_OPS)):
         if any(op in name for op in ops):
             return kind
     return "other"
@@ -80,6 +84,6 @@ def report_roofline(name: str, tokens_per_s: float, flops_per_token: float, peak
     wall = shares["wall"]
     gemm_rate = flops_per_token * tokens_per_s * wall / max(shares.get("gemm", 0.0), 1e-9) / 1e9
     split = ", ".join(f"{kind} {100 * shares.get(kind, 0.0) / wall:.0f}%"
-                      for kind in ("gemm", "attention", "norms", "other", "host"))
+                      for kind in ("gemm", "attention", "norms", "quantize", "other", "host"))
     print(f"{name}: {tokens_per_s:.0f} tokens/s; GEMMs at {gemm_rate:.0f} GFLOP/s (peak at the model's shapes "
           f"{peak:.0f}); GEMM-only limit {limit:.0f} tokens/s, reached {100 * tokens_per_s / limit:.0f}%; time: {split}")

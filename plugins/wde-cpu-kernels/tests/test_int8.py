@@ -159,6 +159,20 @@ def test_a_down_projection_equals_the_per_token_arithmetic(dtype, residual):
                               atol=1e-6, rtol=4e-3 if dtype == torch.bfloat16 else 1e-6)
 
 
+
+def test_the_compiled_quantization_is_named_in_torch_profiles():
+    """bench-cpu splits wde's time by the profiler's events: the compiled (de)quantization calls, not torch ops, are
+    named there while a profile records (else they would count as host work)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    wide, down = Linear(32, 64), Linear(64, 32)
+    wide.kernel, down.kernel = int8.Int8Kernel(wide), int8.PerTokenInt8Kernel(down)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        down(wide(torch.randn(10, 32)))
+    names = {event.key for event in prof.key_averages()}
+    assert {"wde::int8_quantize", "wde::int8_quantize_rows", "wde::int8_dequantize_rows"} <= names
+
 def test_down_projections_take_one_scale_per_token(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), quantization="int8")
     report = engine.executor.worker.model.quantization_report

@@ -20,6 +20,7 @@ cross-encoder's Spearman 0.992 against 0.993 kept; docs/performance.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -77,7 +78,8 @@ class Int8Kernel:
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``act(x @ W.T + b) + residual`` in ``x``'s dtype: the product in int8, outlier rows in ``x``'s dtype."""
         rows = x.reshape(-1, x.shape[-1])
-        quantized, scale, outliers = _kernels().quantize_batch_uint8(rows, OUTLIER_FACTOR)
+        with traced("wde::int8_quantize"):
+            quantized, scale, outliers = _kernels().quantize_batch_uint8(rows, OUTLIER_FACTOR)
         y = self.int8(x, scale, quantized, residual)
         if len(outliers):
             self.redo_in_dtype(y.view(-1, self.out_features), rows, outliers, residual)
@@ -124,10 +126,12 @@ class PerTokenInt8Kernel:
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + b + residual`` in ``x``'s dtype, each row of ``x`` quantized with its own scale."""
-        quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]))
+        with traced("wde::int8_quantize_rows"):
+            quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]))
         products = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, ZERO_POINT, self.packed, self.weight_scale,
                                                       self.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
-        y = _kernels().dequantize_rows(products, scales, self.bias, residual, x.dtype == torch.bfloat16)
+        with traced("wde::int8_dequantize_rows"):
+            y = _kernels().dequantize_rows(products, scales, self.bias, residual, x.dtype == torch.bfloat16)
         return y.view(*x.shape[:-1], self.out_features)
 
 
@@ -170,6 +174,12 @@ class _TorchQuantizer:
         y = y if residual is None else y + residual.reshape(y.shape).float()
         return y.to(torch.bfloat16 if bfloat16 else torch.float32)
 
+
+
+def traced(name: str):
+    """A named range in a torch profile while one records (the compiled calls are not torch ops: bench-cpu's split of
+    the time would count them as host work); nothing otherwise."""
+    return torch.profiler.record_function(name) if torch.autograd._profiler_enabled() else contextlib.nullcontext()
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
