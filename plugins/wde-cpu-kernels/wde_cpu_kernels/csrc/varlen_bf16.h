@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "varlen_common.h"
+
 namespace wde::bf16 {
 
 struct Scratch {
@@ -126,20 +128,11 @@ template <int R>
 inline void softmax_rows_bf16(float* s, uint16_t* p, int width, int j0, int j1, const int* lo, const int* hi,
                               float scale, float* inv) {
   const int n = j1 - j0;
-  for (int r = 0; r < R; ++r) {
-    float* row = s + r * width;
-    for (int j = j0; j < lo[r]; ++j) row[j - j0] = -INFINITY;
-    for (int j = std::max(j0, hi[r]); j < j1; ++j) row[j - j0] = -INFINITY;
-  }
-  __m512 m[R], sum[R];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < R; ++r) m[r] = _mm512_set1_ps(-INFINITY), sum[r] = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16)
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < R; ++r) m[r] = _mm512_max_ps(m[r], _mm512_loadu_ps(s + r * width + j));
   const __m512 sc = _mm512_set1_ps(scale * 1.44269504088896341f);  // exp(a) = 2^(a log2 e)
+  __m512 m[R], sum[R];
+  mask_and_scaled_max<R>(s, width, j0, j1, lo, hi, sc, m);
   _Pragma("GCC unroll 16")
-  for (int r = 0; r < R; ++r) m[r] = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(m[r])), sc);
+  for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16)
     _Pragma("GCC unroll 16")
     for (int r = 0; r < R; ++r) {

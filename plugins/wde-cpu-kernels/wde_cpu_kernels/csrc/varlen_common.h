@@ -57,26 +57,36 @@ inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
   *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
 }
 
-// exp(scale * (score - max)) of R rows of a block over [j0, j1) in place (row r in s + r * width),
-// zero outside each row's keys [lo[r], hi[r]); sets inv[r] = 1 / sum. The rows go through each step together:
-// their max, exp and sum chains are independent, so they overlap instead of waiting on one another.
+// The first half of a softmax over R rows of a block's scores over [j0, j1) (row r in s + r * width): scores
+// outside each row's keys [lo[r], hi[r]) set to -inf, and m[r] = the row's max times `sc` in every lane. The rows go
+// through each step together: their chains are independent, so they overlap instead of waiting on one another.
 template <int R>
-inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, const int* hi, float scale, float* inv) {
-  const int n = j1 - j0;
+__attribute__((always_inline)) inline void mask_and_scaled_max(float* s, int width, int j0, int j1, const int* lo,
+                                                               const int* hi, __m512 sc, __m512 (&m)[R]) {
   for (int r = 0; r < R; ++r) {
     float* row = s + r * width;
     for (int j = j0; j < lo[r]; ++j) row[j - j0] = -INFINITY;
     for (int j = std::max(j0, hi[r]); j < j1; ++j) row[j - j0] = -INFINITY;
   }
-  __m512 m[R], sum[R];
   _Pragma("GCC unroll 16")
-  for (int r = 0; r < R; ++r) m[r] = _mm512_set1_ps(-INFINITY), sum[r] = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16)
+  for (int r = 0; r < R; ++r) m[r] = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < j1 - j0; j += 16)
     _Pragma("GCC unroll 16")
     for (int r = 0; r < R; ++r) m[r] = _mm512_max_ps(m[r], _mm512_loadu_ps(s + r * width + j));
-  const __m512 sc = _mm512_set1_ps(scale);
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) m[r] = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(m[r])), sc);
+}
+
+// exp(scale * (score - max)) of R rows of a block over [j0, j1) in place (row r in s + r * width),
+// zero outside each row's keys [lo[r], hi[r]); sets inv[r] = 1 / sum.
+template <int R>
+inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, const int* hi, float scale, float* inv) {
+  const int n = j1 - j0;
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 m[R], sum[R];
+  mask_and_scaled_max<R>(s, width, j0, j1, lo, hi, sc, m);
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16)
     _Pragma("GCC unroll 16")
     for (int r = 0; r < R; ++r) {
