@@ -8,7 +8,7 @@ pooling stay in the dtype the user chose.
 
 - Layers with more outputs than inputs (QKV, attention output, FFN in): one activation scale per batch, the batch's
   largest ordinary magnitude; oneDNN dequantizes in its epilogue with the bias, the activation (GELU, ReLU, SiLU)
-  or the residual add fused, writing the model's dtype. The outlier rows (``activation_scale``: BERT's special
+  or the residual add fused, writing the model's dtype. The outlier rows (``quantize_batch_uint8``: BERT's special
   tokens) are recomputed in the model's dtype so that they do not set the scale.
 - Down projections (more inputs than outputs; the FFN activation's output is the heaviest-tailed input): one scale
   per token (``PerTokenInt8Kernel``), which oneDNN's fused epilogue does not take: the GEMM writes float32, the
@@ -138,9 +138,9 @@ class PerTokenInt8Kernel:
 def activation_scale(rows: torch.Tensor, factor: float = OUTLIER_FACTOR) -> tuple[float, torch.Tensor]:
     """The int8 scale of ``rows`` (the largest magnitude of the ordinary rows / 127) and the outlier rows: those
     whose largest magnitude is over ``factor`` times the median row's (BERT's special tokens carry 3-8x; with 2,
-    2.5% of all-MiniLM-L6-v2's QKV inputs and 10% of its FFN inputs). In torch ops: the compiled
+    2.5% of all-MiniLM-L6-v2's QKV inputs and 10% of its FFN inputs). In torch ops, for the fallback: the compiled
     ``quantize_batch_uint8`` does this, and the quantization, in one call."""
-    magnitudes = _kernels().row_absmax(rows)
+    magnitudes = _TorchQuantizer.row_absmax(rows)
     outlying = magnitudes > factor * magnitudes.median()
     ordinary = magnitudes.masked_fill(outlying, 0.0) if bool(outlying.any()) else magnitudes
     return max(float(ordinary.max()), 1e-8) / QMAX, outlying.nonzero().flatten()
@@ -175,11 +175,11 @@ class _TorchQuantizer:
         return y.to(torch.bfloat16 if bfloat16 else torch.float32)
 
 
-
 def traced(name: str):
     """A named range in a torch profile while one records (the compiled calls are not torch ops: bench-cpu's split of
     the time would count them as host work); nothing otherwise."""
     return torch.profiler.record_function(name) if torch.autograd._profiler_enabled() else contextlib.nullcontext()
+
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
