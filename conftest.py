@@ -359,6 +359,24 @@ QWEN2_VL_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision
                      "<|video_pad|>", "<|endoftext|>"]
 
 
+# A Qwen-VL-style chat template (as Qwen2-VL's and Qwen3-VL's render list contents): each turn "<|im_start|>{role}\n",
+# an image as its vision placeholder, a text as itself, "<|im_end|>\n"; the assistant's header for a generation prompt.
+QWEN_VL_CHAT_TEMPLATE = (
+    "{%- for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}"
+    "{%- if message.content is string %}{{ message.content }}{%- else %}{%- for part in message.content %}"
+    "{%- if part.type == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}{%- endif %}"
+    "{{ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def chat_framed(instruction: str, text: str, image: bool) -> str:
+    """The chat framing of Qwen3-VL-Embedding (its paper and scripts) and GME, written out by hand: the instruction
+    as the system turn, the image's placeholder and the text as the user turn, the assistant's header."""
+    vision = "<|vision_start|><|image_pad|><|vision_end|>" if image else ""
+    return (f"<|im_start|>system\n{instruction}<|im_end|>\n<|im_start|>user\n{vision}{text}<|im_end|>\n"
+            "<|im_start|>assistant\n")
+
+
 def qwen2_vl_config(directory, *, text: dict | None = None, vision: dict | None = None):
     """The tests' byte-level BPE saved to ``directory`` with the Qwen2-VL special tokens added, and a small
     ``Qwen2VLConfig`` over it (2 vision blocks, 2 decoder layers, GQA); ``text``/``vision`` override its configs."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_qwen2_vl
+from conftest import CPU_BACKENDS, QWEN_VL_CHAT_TEMPLATE, chat_framed, random_images, save_random_qwen2_vl
 from wde_core import Engine
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -56,6 +56,29 @@ def reference_vector(reference, processor, item) -> np.ndarray:
     with torch.no_grad():
         state = reference(**inputs).last_hidden_state[0, -1]
     return (state / state.norm()).numpy()
+
+
+def test_gme_chat_framing_matches_qwen2_vl_model(qwen2_vl, tmp_path):
+    """GME's layout (the chat turn, then ``<|endoftext|>``, whose state is pooled) through the directory's chat
+    template: ``framing="chat"``, the engine's ``instruction`` or a call's ``prompt`` as the system turn."""
+    import shutil
+
+    directory, reference, processor = qwen2_vl
+    framed = shutil.copytree(directory, tmp_path / "gme-tiny")
+    (framed / "chat_template.jinja").write_text(QWEN_VL_CHAT_TEMPLATE)
+    picture = random_images(1, seed=3)[0]
+    items, layouts = ["a photo of a cat", {"text": "find this", "image": picture}], [("a photo of a cat", None),
+                                                                                     ("find this", picture)]
+    with Engine(str(framed), device="cpu", framing="chat", instruction="You are a helpful assistant.",
+                chat_suffix="<|endoftext|>") as engine:
+        assert engine.pipeline.reasons.get("framing") is None  # Qwen2-VL embedders are plain unless asked
+        for instruction, prompt in (("You are a helpful assistant.", None), ("Find an image.", "Find an image.")):
+            got = engine.encode(items, prompt=prompt)
+            for vector, (text, image) in zip(got, layouts):
+                inputs = processor(chat_framed(instruction, text, image is not None) + "<|endoftext|>", image)
+                with torch.no_grad():
+                    state = reference(**inputs).last_hidden_state[0, -1]
+                assert np.abs(vector - (state / state.norm()).numpy()).max() <= 1e-4
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, Task, hookimpl
 
 _S = "wde_qwen2_vl.stages"
+_VT = "wde_qwen2_vl.vision_text"
 
 
 @hookimpl
@@ -50,30 +51,39 @@ def wde_register_workflows(register):
                      model_input_builder="query-page", output_processor="multi-vector",
                      description="queries and page images -> [tokens, dim] per input (output='multi_vector')"))
     register(replace(EMBED_WORKFLOW, name="qwen2-vl-embed", input_processor="vision-text", tokenizer="qwen2-vl",
-                     model_input_builder="vision-text",
+                     model_input_builder="vision-text", engine_args="vision-text",
                      description="texts, images, text + image -> Qwen2-VL / Qwen2.5-VL last-token embeddings "
                                  "(M-RoPE)"))
+
+
+@hookimpl
+def wde_register_engine_args(register):
+    """The core's arguments plus the vision-language embedders' framing (plain or chat), instruction and chat
+    suffix."""
+    register("vision-text", "wde_qwen2_vl.framing:VisionTextEngineArgs",
+             "the core's arguments plus framing ('plain' or 'chat'), instruction and chat_suffix")
 
 
 @hookimpl
 def wde_register_input_processors(register):
     """Queries (str) and pages (images) in one list."""
     register("query-page", f"{_S}:QueryPageInputProcessor", "str queries and page images, mixed")
-    register("vision-text", f"{_S}:VisionTextInputProcessor", "texts, images and {'text', 'image'} dicts, mixed")
+    register("vision-text", f"{_VT}:VisionTextInputProcessor", "texts, images and {'text', 'image'} dicts, mixed")
 
 
 @hookimpl
 def wde_register_tokenizers(register):
     """The directory's ColQwen2Processor: query prefix and augmentation, the page's visual prompt and patches."""
     register("colqwen2", f"{_S}:QueryPageTokenizer", "ColQwen2Processor: queries and pages as it lays them out")
-    register("qwen2-vl", f"{_S}:VisionTextTokenizer", "Qwen2VLProcessor: the image placeholder, then the text")
+    register("qwen2-vl", f"{_VT}:VisionTextTokenizer",
+             "Qwen2VLProcessor's layout (the image placeholder, then the text), or the model's chat template")
 
 
 @hookimpl
 def wde_register_model_input_builders(register):
     """The packed batch plus the pages' patches."""
     register("query-page", f"{_S}:QueryPageBatchBuilder", "packed batch with the pages' patches and grids")
-    register("vision-text", f"{_S}:VisionTextBatchBuilder", "packed batch, images' patches, M-RoPE positions")
+    register("vision-text", f"{_VT}:VisionTextBatchBuilder", "packed batch, images' patches, M-RoPE positions")
 
 
 @hookimpl

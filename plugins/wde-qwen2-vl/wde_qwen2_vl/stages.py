@@ -1,8 +1,7 @@
-"""Stages of the ``colqwen2`` and ``qwen2-vl-embed`` workflows: texts and images (and, for the embedder, text + image
-inputs) in one list; each laid out by the directory's own processor (``ColQwen2Processor``: queries as ``"Query: "`` +
-text + ten augmentation tokens, pages as the visual prompt; ``Qwen2VLProcessor``: the image's placeholder, then the
-text), one ``<|image_pad|>`` per merged 2x2 block of patches; batches packing them all, the images' patches beside
-them (and, for the embedder, each token's multimodal rotary positions)."""
+"""Stages of the ``colqwen2`` workflow: text queries and page images in one list, each laid out by the directory's
+``ColQwen2Processor`` (queries as ``"Query: "`` + text + ten augmentation tokens, pages as the visual prompt, one
+``<|image_pad|>`` per merged 2x2 block of patches); batches packing them all, the pages' patches beside them; every
+token's vector out. The single-vector embedders' stages build on these (``wde_qwen2_vl.vision_text``)."""
 
 from __future__ import annotations
 
@@ -12,14 +11,12 @@ from typing import Any, Sequence
 import torch
 
 from wde_clip.public import load_image
-from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ImageInput, ModelInput, Request, TokenEmbedOptions,
-                                 as_image_input, split_tokens)
+from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ModelInput, Request, TokenEmbedOptions, as_image_input,
+                                 split_tokens)
 from wde_qwen2_vl.vision import patch_positions
-from wde_qwen2_vl.vl_decoder import mrope_positions
 from wde_qwen2_vl.window_vision import build_windows, window_units
 
 OUTPUTS = ("multi_vector",)
-VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
 
 
 def vl_config(config):
@@ -190,97 +187,6 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
                 batch.vision_windows = build_windows([page.grid for page in pages], self.merge, self.window_units,
                                                      self.attention)
             batch.image_token_index = torch.nonzero(batch.input_ids == self.image_token_id).flatten()
-        return batch
-
-
-class VisionTextInputProcessor(QueryPageInputProcessor):
-    """A text, an image, a ``{"text": str, "image": image}`` pair, or a list mixing them; ``prompt`` (or the model's
-    ``prompt_name``) goes before each text."""
-
-    def __init__(self, pipeline) -> None:
-        from wde_core.plugin_api import TextInputProcessor
-
-        self.prompts = TextInputProcessor(pipeline)  # the pooled vector is the decoder's: dimensions checked against it
-        self.prompts.hidden_size = self.prompts.hidden_size or vl_config(pipeline.model.config).text_config.hidden_size
-
-    def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
-                options: EmbedOptions | None = None) -> list[Request]:
-        """One request per item; an image (alone or with a text) carries its :class:`ImageInput`."""
-        options = options or EmbedOptions()
-        if isinstance(options, TokenEmbedOptions):
-            raise ValueError("embed_tokens(): this vision-language embedder gives one vector per input; use encode()")
-        self.prompts.check_options(options)
-        text_prompt = self.prompts.resolve_prompt(prompt, prompt_name) or ""
-        items = [inputs] if isinstance(inputs, (str, dict)) or as_image_input(inputs) is not None else inputs
-        if not isinstance(items, Sequence) or isinstance(items, bytes):
-            raise TypeError(f"inputs: expected a text, an image, a text + image dict or a list of them, got "
-                            f"{type(inputs).__name__}")
-        if len(items) == 0:
-            raise ValueError("inputs: got an empty list; pass at least one input")
-        return [self.pair(i, item, text_prompt, options) for i, item in enumerate(items)]
-
-    def pair(self, index: int, item: Any, prompt: str, options: EmbedOptions) -> Request:
-        """The request for a text, an image or a ``{"text", "image"}`` dict, or an error naming the input."""
-        if isinstance(item, dict) and set(item) == {"text", "image"}:
-            if not isinstance(item["text"], str):
-                raise TypeError(f"input {index}: field 'text' must be a str, got {type(item['text']).__name__}")
-            return Request(index, prompt + item["text"], options, prompt, image=ImageInput(item["image"]))
-        request = self.request(index, item, options)
-        if request.image is None:
-            request.text, request.prompt = prompt + request.text, prompt or None
-        else:
-            request.text = ""
-        return request
-
-
-class VisionTextTokenizer(QueryPageTokenizer):
-    """A Qwen2-VL embedder's inputs laid out as ``Qwen2VLProcessor`` does (which transformers cannot build without
-    torchvision): a text as it is; an image through the directory's image processor, its placeholder (one
-    ``<|image_pad|>`` per merged 2x2 block of patches) before its text, tokenized by the model's tokenizer."""
-
-    def __init__(self, pipeline) -> None:
-        from transformers import AutoImageProcessor
-
-        self.tokenizer = pipeline.hf_tokenizer()
-        self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
-        self.max_len = pipeline.settings.max_model_len
-        self.image_token_id = vl_config(pipeline.model.config).image_token_id
-        self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
-
-    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
-        """Fill token ids (and images' pixels); over ``max_model_len``: a text is cut when ``truncate``, an image
-        input refused."""
-        if truncate not in (True, False):
-            raise ValueError(f"truncate={truncate!r}: a vision-language embedder embeds an input whole or cut; pass "
-                             "True or False")
-        self.check_placeholders(requests, "text")
-        texts = [r for r in requests if r.image is None]
-        if texts:
-            encoded = self.tokenizer([r.text for r in texts], truncation=truncate, max_length=self.max_len,
-                                     return_attention_mask=False, verbose=False)["input_ids"]
-            for request, ids in zip(texts, encoded):
-                request.token_ids = list(ids)
-        for request in (r for r in requests if r.image is not None):
-            picture = load_image(request.image, f"input {request.index}")
-            processed = self.image_processor(images=[picture], return_tensors="pt")
-            grid = tuple(int(x) for x in processed["image_grid_thw"][0])
-            blocks = grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2
-            text = VISION.replace("<|image_pad|>", "<|image_pad|>" * blocks) + request.text
-            request.token_ids = self.tokenizer(text, return_attention_mask=False)["input_ids"]
-            request.image = PagePixels(processed["pixel_values"], grid)
-            request.vision_tokens = grid[0] * grid[1] * grid[2]
-        self.check_lengths(requests, "image input")
-
-
-class VisionTextBatchBuilder(QueryPageBatchBuilder):
-    """The query/page batch plus each token's (temporal, row, column) positions, as ``get_rope_index`` makes them."""
-
-    def build(self, requests: list[Request]) -> QueryPageBatch:
-        """Pack ``requests``; add the images' patches and the packed ``[3, T]`` multimodal positions."""
-        batch = super().build(requests)
-        batch.mrope_positions = torch.cat([
-            mrope_positions(r.token_ids, r.image.grid if isinstance(r.image, PagePixels) else None,
-                            self.image_token_id, self.merge) for r in requests], dim=1)
         return batch
 
 

@@ -26,7 +26,7 @@ def wde_register_architectures(register):
 def wde_register_workflows(register):
     """The embed workflow with wde-qwen2-vl's text/image stages and Qwen3-VL's batches."""
     register(replace(EMBED_WORKFLOW, name="qwen3-vl-embed", input_processor="vision-text", tokenizer="qwen2-vl",
-                     model_input_builder="qwen3-vl",
+                     model_input_builder="qwen3-vl", engine_args="vision-text",
                      description="texts, images, text + image -> Qwen3-VL last-token embeddings (deepstack, "
                                  "interleaved M-RoPE)"))
 

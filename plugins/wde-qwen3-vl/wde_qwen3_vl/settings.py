@@ -1,5 +1,5 @@
 """Settings of Qwen3-VL embedders: causal attention, the last token pooled and normalized, ``max_model_len`` within
-the decoder's positions."""
+the decoder's positions, and each input framed by the model's chat template where the directory has one."""
 
 from __future__ import annotations
 
@@ -15,3 +15,17 @@ def configure(propose, directory, args) -> None:
     propose.suggest("pooling", "last", "Qwen3-VL embedders (Qwen3-VL-Embedding) pool the last token")
     propose.suggest("normalize", True, "Qwen3-VL embedders (Qwen3-VL-Embedding) are compared by cosine")
     propose.length_limit = (text.max_position_embeddings, "Qwen3-VL's text max_position_embeddings")
+    propose_framing(propose, directory)
+
+
+def propose_framing(propose, directory) -> None:
+    """``chat`` where the directory has a chat template (Qwen3-VL-Embedding's scripts put each input in a chat turn
+    under a system instruction and pool the assistant header's last token), else ``plain``; the engine argument
+    ``framing`` still wins."""
+    from wde_qwen2_vl.public import find_chat_template
+
+    has_template = find_chat_template(directory.path) is not None
+    propose.extras["framing"] = "chat" if has_template else "plain"
+    propose.notes["framing"] = ("chat by default: the directory's chat template, as Qwen3-VL-Embedding frames its "
+                                "inputs" if has_template else "plain by default: the directory has no chat template")
+

@@ -1,0 +1,142 @@
+"""Stages of the single-vector vision-language embedders (``qwen2-vl-embed``, and wde-qwen3-vl's ``qwen3-vl-embed``):
+texts, images and text + image inputs in one list, framed ``plain`` (the image's placeholder, then the prompt and the
+text, as ``Qwen2VLProcessor`` lays out a bare input) or ``chat`` (the model's chat template: the instruction as the
+system turn; ``wde_qwen2_vl.framing``), one ``<|image_pad|>`` per merged 2x2 block of patches; batches add each
+token's multimodal rotary positions."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+import torch
+
+from wde_clip.public import load_image
+from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOptions, as_image_input
+from wde_qwen2_vl.framing import ChatFraming, framing_of
+from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
+                                 QueryPageTokenizer, vl_config)
+from wde_qwen2_vl.vl_decoder import mrope_positions
+
+VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
+
+
+class VisionTextInputProcessor(QueryPageInputProcessor):
+    """A text, an image, a ``{"text": str, "image": image}`` pair, or a list mixing them; ``prompt`` (or the model's
+    ``prompt_name``) goes before each text (``plain``) or is the chat's system instruction (``chat``)."""
+
+    def __init__(self, pipeline) -> None:
+        from wde_core.plugin_api import TextInputProcessor
+
+        self.prompts = TextInputProcessor(pipeline)  # the pooled vector is the decoder's: dimensions checked against it
+        self.prompts.hidden_size = self.prompts.hidden_size or vl_config(pipeline.model.config).text_config.hidden_size
+        self.chat = framing_of(pipeline) == "chat"
+
+    def process(self, inputs: Any, *, prompt: str | None = None, prompt_name: str | None = None,
+                options: EmbedOptions | None = None) -> list[Request]:
+        """One request per item; an image (alone or with a text) carries its :class:`ImageInput`."""
+        options = options or EmbedOptions()
+        if isinstance(options, TokenEmbedOptions):
+            raise ValueError("embed_tokens(): this vision-language embedder gives one vector per input; use encode()")
+        self.prompts.check_options(options)
+        text_prompt = self.prompts.resolve_prompt(prompt, prompt_name) or ""
+        items = [inputs] if isinstance(inputs, (str, dict)) or as_image_input(inputs) is not None else inputs
+        if not isinstance(items, Sequence) or isinstance(items, bytes):
+            raise TypeError(f"inputs: expected a text, an image, a text + image dict or a list of them, got "
+                            f"{type(inputs).__name__}")
+        if len(items) == 0:
+            raise ValueError("inputs: got an empty list; pass at least one input")
+        return [self.pair(i, item, text_prompt, options) for i, item in enumerate(items)]
+
+    def pair(self, index: int, item: Any, prompt: str, options: EmbedOptions) -> Request:
+        """The request for a text, an image or a ``{"text", "image"}`` dict, or an error naming the input; ``text`` is
+        the prompt + the text (``plain``) or the text alone, the prompt kept as the instruction (``chat``)."""
+        if isinstance(item, dict) and set(item) == {"text", "image"}:
+            if not isinstance(item["text"], str):
+                raise TypeError(f"input {index}: field 'text' must be a str, got {type(item['text']).__name__}")
+            text = item["text"] if self.chat else prompt + item["text"]
+            return Request(index, text, options, prompt or None, image=ImageInput(item["image"]))
+        request = self.request(index, item, options)
+        if request.image is None and not self.chat:
+            request.text = prompt + request.text
+        request.text, request.prompt = request.text or "", prompt or None
+        return request
+
+
+class VisionTextTokenizer(QueryPageTokenizer):
+    """A vision-language embedder's inputs laid out as ``Qwen2VLProcessor`` does (which transformers cannot build
+    without torchvision): an image through the directory's image processor, its placeholder (one ``<|image_pad|>``
+    per merged 2x2 block of patches) before its text, tokenized by the model's tokenizer; with ``framing="chat"``
+    inside the model's chat template (a text over ``max_model_len`` is cut inside the frame)."""
+
+    def __init__(self, pipeline) -> None:
+        from transformers import AutoImageProcessor
+
+        self.tokenizer = pipeline.hf_tokenizer()
+        self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
+        self.max_len = pipeline.settings.max_model_len
+        self.image_token_id = vl_config(pipeline.model.config).image_token_id
+        self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
+        self.frame = lru_cache(maxsize=64)(ChatFraming(pipeline, self.tokenizer).around) \
+            if framing_of(pipeline) == "chat" else None
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill token ids (and images' pixels); over ``max_model_len``: a text is cut when ``truncate``, an image
+        input refused."""
+        if truncate not in (True, False):
+            raise ValueError(f"truncate={truncate!r}: a vision-language embedder embeds an input whole or cut; pass "
+                             "True or False")
+        self.check_placeholders(requests, "text")
+        if self.frame is not None:
+            self.check_instructions(requests)
+        texts = [r for r in requests if r.image is None]
+        if texts and self.frame is None:
+            encoded = self.tokenizer([r.text for r in texts], truncation=truncate, max_length=self.max_len,
+                                     return_attention_mask=False, verbose=False)["input_ids"]
+            for request, ids in zip(texts, encoded):
+                request.token_ids = list(ids)
+        for request in texts if self.frame is not None else ():
+            request.token_ids = self.framed_ids(request, "", truncate)
+        for request in (r for r in requests if r.image is not None):
+            picture = load_image(request.image, f"input {request.index}")
+            processed = self.image_processor(images=[picture], return_tensors="pt")
+            grid = tuple(int(x) for x in processed["image_grid_thw"][0])
+            pads = "<|image_pad|>" * (grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2)
+            request.token_ids = (self.tokenizer(VISION.replace("<|image_pad|>", pads) + request.text,
+                                                return_attention_mask=False)["input_ids"]
+                                 if self.frame is None else self.framed_ids(request, pads, False))
+            request.image = PagePixels(processed["pixel_values"], grid)
+            request.vision_tokens = grid[0] * grid[1] * grid[2]
+        self.check_lengths(requests, "image input")
+
+    def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
+        """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over
+        ``max_model_len`` is cut at its end when ``truncate``, the frame kept whole."""
+        head, tail = self.frame(bool(request.text), bool(pads), request.prompt)
+        head = head.replace("<|image_pad|>", pads)
+        ids = self.tokenizer(head + request.text + tail, return_attention_mask=False)["input_ids"]
+        if len(ids) <= self.max_len or not truncate:
+            return ids
+        parts = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, request.text, tail)]
+        room = self.max_len - len(parts[0]) - len(parts[2])
+        return parts[0] + parts[1][:room] + parts[2] if room > 0 else ids
+
+    def check_instructions(self, requests: list[Request]) -> None:
+        """Refuse an instruction (``prompt``) that spells an image or video placeholder token, naming its input."""
+        for request in requests:
+            for token in self.placeholders:
+                if token in (request.prompt or ""):
+                    raise ValueError(f"input {request.index}: the prompt (the chat's instruction) contains the "
+                                     f"placeholder token {token!r}")
+
+
+class VisionTextBatchBuilder(QueryPageBatchBuilder):
+    """The query/page batch plus each token's (temporal, row, column) positions, as ``get_rope_index`` makes them."""
+
+    def build(self, requests: list[Request]) -> QueryPageBatch:
+        """Pack ``requests``; add the images' patches and the packed ``[3, T]`` multimodal positions."""
+        batch = super().build(requests)
+        batch.mrope_positions = torch.cat([
+            mrope_positions(r.token_ids, r.image.grid if isinstance(r.image, PagePixels) else None,
+                            self.image_token_id, self.merge) for r in requests], dim=1)
+        return batch
