@@ -377,13 +377,15 @@ def chat_framed(instruction: str, text: str, image: bool) -> str:
             "<|im_start|>assistant\n")
 
 
-def qwen2_vl_config(directory, *, text: dict | None = None, vision: dict | None = None):
-    """The tests' byte-level BPE saved to ``directory`` with the Qwen2-VL special tokens added, and a small
-    ``Qwen2VLConfig`` over it (2 vision blocks, 2 decoder layers, GQA); ``text``/``vision`` override its configs."""
+def qwen2_vl_config(directory, *, text: dict | None = None, vision: dict | None = None, extra_tokens=()):
+    """The tests' byte-level BPE saved to ``directory`` with the Qwen2-VL special tokens (and ``extra_tokens``)
+    added, and a small ``Qwen2VLConfig`` over it (2 vision blocks, 2 decoder layers, GQA); ``text``/``vision``
+    override its configs."""
     from transformers import AutoTokenizer, Qwen2VLConfig
 
     write_decoder_tokenizer(directory)
     tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_tokens(list(extra_tokens))
     tokenizer.add_special_tokens({"additional_special_tokens": QWEN2_VL_SPECIALS, "pad_token": "<|endoftext|>"})
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN2_VL_SPECIALS}
     config = Qwen2VLConfig(
@@ -806,19 +808,21 @@ QWEN3_VL_TEXT = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=
 
 
 def save_random_qwen3_vl(directory, seed: int = 0, *, max_pixels: int = 20 * 32 * 32, text: dict | None = None,
-                         vision: dict | None = None):
+                         vision: dict | None = None, extra_tokens=(), tie_word_embeddings: bool = False):
     """A random ``Qwen3VLForConditionalGeneration`` (3 vision blocks of patches of 16 px, a 4 x 4 learned position
     grid, deepstack from blocks 0 and 2 into decoder layers 0 and 1 of 3; q/k-normed Qwen3 decoder, GQA, interleaved
     M-RoPE sections [2, 3, 3]) over :func:`qwen2_vl_config`'s tokenizer, saved with a ``Qwen2VLImageProcessor`` at
-    Qwen3-VL's settings (16 px patches, mean and std 0.5; 4 merged patches an image up to ``max_pixels``)."""
+    Qwen3-VL's settings (16 px patches, mean and std 0.5; 4 merged patches an image up to ``max_pixels``);
+    ``extra_tokens`` join the tokenizer (a reranker's "yes" and "no")."""
     import torch
     from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    tokenizer, base = qwen2_vl_config(directory)
+    tokenizer, base = qwen2_vl_config(directory, extra_tokens=extra_tokens)
     config = Qwen3VLConfig(text_config={**QWEN3_VL_TEXT, "vocab_size": len(tokenizer), **(text or {})},
                            vision_config={**QWEN3_VL_VISION, **(vision or {})}, image_token_id=base.image_token_id,
                            video_token_id=base.video_token_id, vision_start_token_id=base.vision_start_token_id,
-                           vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"))
+                           vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
+                           tie_word_embeddings=tie_word_embeddings)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config).eval()
     _randomize_norms(model, seed)

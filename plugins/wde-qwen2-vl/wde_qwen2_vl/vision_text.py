@@ -98,16 +98,21 @@ class VisionTextTokenizer(QueryPageTokenizer):
         for request in texts if self.frame is not None else ():
             request.token_ids = self.framed_ids(request, "", truncate)
         for request in (r for r in requests if r.image is not None):
-            picture = load_image(request.image, f"input {request.index}")
-            processed = self.image_processor(images=[picture], return_tensors="pt")
-            grid = tuple(int(x) for x in processed["image_grid_thw"][0])
-            pads = "<|image_pad|>" * (grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2)
+            pads = self.preprocess_image(request)
             request.token_ids = (self.tokenizer(VISION.replace("<|image_pad|>", pads) + request.text,
                                                 return_attention_mask=False)["input_ids"]
                                  if self.frame is None else self.framed_ids(request, pads, False))
-            request.image = PagePixels(processed["pixel_values"], grid)
-            request.vision_tokens = grid[0] * grid[1] * grid[2]
         self.check_lengths(requests, "image input")
+
+    def preprocess_image(self, request: Request) -> str:
+        """Decode the request's image (errors name the input), put its patches and grid in ``request.image`` and
+        return its placeholder tokens: one ``<|image_pad|>`` per merged 2x2 block of patches."""
+        picture = load_image(request.image, f"input {request.index}")
+        processed = self.image_processor(images=[picture], return_tensors="pt")
+        grid = tuple(int(x) for x in processed["image_grid_thw"][0])
+        request.image = PagePixels(processed["pixel_values"], grid)
+        request.vision_tokens = grid[0] * grid[1] * grid[2]
+        return "<|image_pad|>" * (request.vision_tokens // self.image_processor.merge_size ** 2)
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from wde_core.plugin_api import rope_parameters
-from wde_qwen2_bidir.public import DecoderEmbedder
+from wde_qwen2_bidir.public import AnswerRows, DecoderEmbedder
 from wde_qwen2_vl.public import map_vl_name
+from wde_qwen3_vl.rerank import answer_head_config
 from wde_qwen3_vl.vision import Qwen3VisionTower
 
 # checkpoint prefixes (Qwen3VLForConditionalGeneration's, then Qwen3VLModel's) -> the model's submodules
@@ -82,3 +83,22 @@ class Qwen3VLEmbedder(nn.Module):
     def map_checkpoint_name(self, name: str):
         """``(parameter, rows)`` for a checkpoint name of either layout; ``None`` for the language-model head."""
         return map_vl_name(self, name, _PREFIXES)
+
+
+class Qwen3VLReranker(AnswerRows, Qwen3VLEmbedder):
+    """Qwen3-VL-Reranker: the embedder's decoder, then the "yes" and "no" rows of the language-model head (or of the
+    tied embeddings) at each pair's last token."""
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.init_answer_rows(answer_head_config(config), settings, tied_by_default=False)
+
+    @property
+    def embed_tokens(self) -> nn.Module:
+        """The decoder's token embeddings (``AnswerRows`` reads the tied head's rows from them)."""
+        return self.text.embed_tokens
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B, 1]``: logit("yes") - logit("no") of each pair's last token."""
+        logits = self.answer_logits(pooled)
+        return logits[:, :1] - logits[:, 1:]

@@ -1,0 +1,94 @@
+"""Qwen3-VL-Reranker against transformers' ``Qwen3VLForConditionalGeneration``: (query, document) pairs of texts,
+images and text + image sides, each laid out by hand as the official script's chat template renders it (system turn,
+``<Instruct>: ...<Query>:...\\n<Document>:...`` in the user turn, a side's image before its text, ``NULL`` for an
+empty side, the assistant's header), scored sigmoid(logit("yes") - logit("no")) of the last token, within 1e-4 in
+fp32; an untied language-model head and one tied to the embeddings; refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_images, save_random_qwen3_vl
+from test_qwen3_vl_embedder import VISION, Processor
+from wde_core import Engine
+
+SYSTEM = ("Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that "
+          "the answer can only be \"yes\" or \"no\".")
+TASK = "Given a search query, retrieve relevant candidates that answer the query."
+
+
+def prompt(query: str, document: str, instruction: str = TASK) -> str:
+    """The official layout, by hand (``query``/``document`` already hold a side's vision placeholder)."""
+    return (f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n<Instruct>: {instruction}<Query>:{query}"
+            f"\n<Document>:{document}<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["untied-head", "tied-head"])
+def reranker(request, tmp_path_factory):
+    """A random Qwen3-VL whose tokenizer has "yes" and "no", saved under a Qwen3-VL-Reranker name; transformers'
+    model with its language-model head; the reference layout."""
+    from transformers import Qwen3VLForConditionalGeneration
+
+    directory = save_random_qwen3_vl(tmp_path_factory.mktemp("qwen3-vl-rr") / "qwen3-vl-reranker-tiny",
+                                     extra_tokens=("yes", "no"), tie_word_embeddings=request.param)
+    model = Qwen3VLForConditionalGeneration.from_pretrained(directory, dtype=torch.float32,
+                                                            attn_implementation="eager").eval()
+    return directory, model, Processor(directory)
+
+
+def reference_score(model, processor, text: str, image=None) -> float:
+    """sigmoid(logit("yes") - logit("no")) at the last token."""
+    yes, no = processor.tokenizer.convert_tokens_to_ids(["yes", "no"])
+    with torch.no_grad():
+        logits = model(**processor(text, image)).logits[0, -1]
+    return float(torch.sigmoid(logits[yes] - logits[no]))
+
+
+def test_pairs_of_texts_and_images_score_as_the_reference(reranker):
+    directory, model, processor = reranker
+    page, photo = random_images(2, seed=21)
+    pairs = [("rainfall by month", "A table of monthly rainfall."), ("rainfall by month", page),
+             ("what is this?", {"text": "a chart", "image": page}), (photo, "a dog in the snow"),
+             ({"text": "find similar", "image": photo}, "")]
+    layouts = [(prompt("rainfall by month", "A table of monthly rainfall."), None),
+               (prompt("rainfall by month", VISION), page), (prompt("what is this?", VISION + "a chart"), page),
+               (prompt(VISION, "a dog in the snow"), photo), (prompt(VISION + "find similar", "NULL"), photo)]
+    expected = np.array([reference_score(model, processor, text, image) for text, image in layouts])
+    with Engine(str(directory), task="rerank", device="cpu") as engine:
+        assert engine.pipeline.workflow.name == "qwen3-vl-rerank"
+        got = engine.score(pairs)
+        ranked = engine.rerank("rainfall by month", ["A table of monthly rainfall.", page])
+    print(f"max abs diff {np.abs(got - expected).max():.2e}; scores {np.round(expected, 4)}")
+    assert np.abs(got - expected).max() <= 1e-4 and expected.std() > 1e-3
+    assert [r["index"] for r in ranked] == list(np.argsort(-expected[:2], kind="stable"))
+    with Engine(str(directory), task="rerank", device="cpu", instruction="Find the page.") as engine:
+        got = engine.score([pairs[1]])[0]
+    assert abs(got - reference_score(model, processor, prompt("rainfall by month", VISION, "Find the page."),
+                                     page)) <= 1e-4
+
+
+def test_a_long_document_is_cut_and_bad_pairs_are_refused(reranker):
+    directory, model, processor = reranker
+    page = random_images(1, seed=22)[0]
+    long_text = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+    with Engine(str(directory), task="rerank", device="cpu", max_model_len=160) as engine:
+        got = engine.score([("a fox", long_text)])[0]
+        with pytest.raises(ValueError, match="input 0: the formatted pair has .* tokens, more than max_model_len=160"):
+            engine.score([("a fox", long_text)], truncate=False)
+        with pytest.raises(ValueError, match="input 1: both the query and the document are images"):
+            engine.score([("a", "b"), (page, page)])
+        with pytest.raises(TypeError, match="input 0: field 'document' must be a str, an image or a"):
+            engine.score([("a", 3)])
+        with pytest.raises(ValueError, match="input 0: the document contains the placeholder token"):
+            engine.score([("a", "<|image_pad|>")])
+    tokenizer = processor.tokenizer
+    head, tail = prompt("a fox", "\x00").split("\x00")
+    head_ids, tail_ids = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, tail))
+    kept = tokenizer(long_text, add_special_tokens=False)["input_ids"][: 160 - len(head_ids) - len(tail_ids)]
+    yes, no = tokenizer.convert_tokens_to_ids(["yes", "no"])
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([head_ids + kept + tail_ids]),
+                       mm_token_type_ids=torch.zeros(1, 160, dtype=torch.int)).logits[0, -1]
+    assert abs(got - float(torch.sigmoid(logits[yes] - logits[no]))) <= 1e-4
