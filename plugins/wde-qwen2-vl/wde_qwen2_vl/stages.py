@@ -81,6 +81,13 @@ class PagePixels:
     grid: tuple[int, int, int]
 
 
+def pages_of(request: Request) -> list[PagePixels]:
+    """The preprocessed images of a request, in the order of their placeholders: its ``PagePixels``, or each of a
+    tuple of them (a reranker's pair with two images)."""
+    image = request.image
+    return [image] if isinstance(image, PagePixels) else list(image) if isinstance(image, tuple) else []
+
+
 class QueryPageTokenizer:
     """Queries and pages through the directory's ``ColQwen2Processor`` (``processor_config.json``,
     ``preprocessor_config.json`` and the tokenizer): the token ids and a page's patches as it makes them."""
@@ -175,7 +182,7 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
         """Pack ``requests``; add the patches of those that are pages."""
         packed = super().build(requests)
         batch = QueryPageBatch(**{name: getattr(packed, name) for name in packed.__dataclass_fields__})
-        pages = [r.image for r in requests if isinstance(r.image, PagePixels)]
+        pages = [page for r in requests for page in pages_of(r)]
         if pages:
             batch.pixel_patches = torch.cat([page.patches for page in pages])
             batch.patch_positions = patch_positions([page.grid for page in pages], self.merge)

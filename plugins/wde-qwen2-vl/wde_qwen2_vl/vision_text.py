@@ -15,7 +15,7 @@ from wde_clip.public import load_image
 from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOptions, as_image_input
 from wde_qwen2_vl.framing import ChatFraming, framing_of
 from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
-                                 QueryPageTokenizer, vl_config)
+                                 QueryPageTokenizer, pages_of, vl_config)
 from wde_qwen2_vl.vl_decoder import mrope_positions
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
@@ -107,12 +107,17 @@ class VisionTextTokenizer(QueryPageTokenizer):
     def preprocess_image(self, request: Request) -> str:
         """Decode the request's image (errors name the input), put its patches and grid in ``request.image`` and
         return its placeholder tokens: one ``<|image_pad|>`` per merged 2x2 block of patches."""
-        picture = load_image(request.image, f"input {request.index}")
-        processed = self.image_processor(images=[picture], return_tensors="pt")
+        request.image, pads = self.image_pixels(request.image, f"input {request.index}")
+        request.vision_tokens = request.image.patches.shape[0]  # the vision tower's rows: the scheduler counts them
+        return pads
+
+    def image_pixels(self, image, where: str) -> tuple[PagePixels, str]:
+        """An image input decoded (errors name ``where``) and preprocessed: its patches and grid, and its
+        placeholder tokens."""
+        processed = self.image_processor(images=[load_image(image, where)], return_tensors="pt")
         grid = tuple(int(x) for x in processed["image_grid_thw"][0])
-        request.image = PagePixels(processed["pixel_values"], grid)
-        request.vision_tokens = grid[0] * grid[1] * grid[2]
-        return "<|image_pad|>" * (request.vision_tokens // self.image_processor.merge_size ** 2)
+        pads = "<|image_pad|>" * (grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2)
+        return PagePixels(processed["pixel_values"], grid), pads
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over
@@ -142,6 +147,6 @@ class VisionTextBatchBuilder(QueryPageBatchBuilder):
         """Pack ``requests``; add the images' patches and the packed ``[3, T]`` multimodal positions."""
         batch = super().build(requests)
         batch.mrope_positions = torch.cat([
-            mrope_positions(r.token_ids, r.image.grid if isinstance(r.image, PagePixels) else None,
-                            self.image_token_id, self.merge) for r in requests], dim=1)
+            mrope_positions(r.token_ids, [page.grid for page in pages_of(r)], self.image_token_id, self.merge)
+            for r in requests], dim=1)
         return batch

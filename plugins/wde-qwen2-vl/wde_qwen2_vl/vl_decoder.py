@@ -49,21 +49,22 @@ def map_vl_name(model, name: str, prefixes: tuple[tuple[str, str], ...] = _PREFI
     return name, None
 
 
-def mrope_positions(token_ids: list[int], grid: tuple[int, int, int] | None, image_token_id: int,
-                    merge: int) -> torch.Tensor:
+def mrope_positions(token_ids: list[int], grids, image_token_id: int, merge: int) -> torch.Tensor:
     """``[3, n]`` positions of one sequence as transformers' ``get_rope_index`` makes them: text tokens count on in
     all three; an image's merged patches take (start, start + row, start + column), and the text after it starts
-    at start + max(rows, columns)."""
+    at start + max(rows, columns). ``grids``: the sequence's images' grids in order (one grid, or ``None``)."""
+    queue = [] if not grids else [grids] if isinstance(grids[0], int) else list(grids)
     out, current, i = [], 0, 0
     while i < len(token_ids):
-        if token_ids[i] == image_token_id and grid is not None:
+        if token_ids[i] == image_token_id and queue:
+            grid = queue.pop(0)
             t, h, w = grid[0], grid[1] // merge, grid[2] // merge
             tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
             out.append(torch.stack((tt, hh, ww)).reshape(3, -1) + current)
             i, current = i + t * h * w, current + max(h, w)
         else:
             j = i
-            while j < len(token_ids) and not (token_ids[j] == image_token_id and grid is not None):
+            while j < len(token_ids) and not (token_ids[j] == image_token_id and queue):
                 j += 1
             out.append(torch.arange(current, current + j - i).expand(3, -1))
             i, current = j, current + j - i

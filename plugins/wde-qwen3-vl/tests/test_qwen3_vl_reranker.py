@@ -69,6 +69,30 @@ def test_pairs_of_texts_and_images_score_as_the_reference(reranker):
                                      page)) <= 1e-4
 
 
+def two_image_inputs(processor, text: str, images: list) -> dict:
+    """The layout of a prompt holding several images (``Qwen3VLProcessor``'s): every image through the image
+    processor, each placeholder repeated per merged 2x2 block of its own image, in order."""
+    inputs = dict(processor.images(images=images, return_tensors="pt"))
+    for grid in inputs["image_grid_thw"]:
+        text = text.replace("<|image_pad|>", "\x01" * (int(grid.prod()) // processor.images.merge_size ** 2), 1)
+    inputs["input_ids"] = processor.tokenizer([text.replace("\x01", "<|image_pad|>")], return_tensors="pt")["input_ids"]
+    inputs["mm_token_type_ids"] = (inputs["input_ids"] == processor.image_token_id).int()
+    return inputs
+
+
+def test_a_pair_of_two_images_scores_as_the_reference(reranker):
+    directory, model, processor = reranker
+    query_image, page = random_images(2, seed=24)
+    yes, no = processor.tokenizer.convert_tokens_to_ids(["yes", "no"])
+    with torch.no_grad():
+        logits = model(**two_image_inputs(processor, prompt(VISION + "like this", VISION), [query_image, page])).logits
+    expected = float(torch.sigmoid(logits[0, -1, yes] - logits[0, -1, no]))
+    with Engine(str(directory), task="rerank", device="cpu") as engine:
+        got = engine.score([({"text": "like this", "image": query_image}, page), ("a text", page)])
+    assert abs(got[0] - expected) <= 1e-4
+    assert abs(got[1] - reference_score(model, processor, prompt("a text", VISION), page)) <= 1e-4
+
+
 def test_a_long_document_is_cut_and_bad_pairs_are_refused(reranker):
     directory, model, processor = reranker
     page = random_images(1, seed=22)[0]
@@ -77,8 +101,8 @@ def test_a_long_document_is_cut_and_bad_pairs_are_refused(reranker):
         got = engine.score([("a fox", long_text)])[0]
         with pytest.raises(ValueError, match="input 0: the formatted pair has .* tokens, more than max_model_len=160"):
             engine.score([("a fox", long_text)], truncate=False)
-        with pytest.raises(ValueError, match="input 1: both the query and the document are images"):
-            engine.score([("a", "b"), (page, page)])
+        with pytest.raises(ValueError, match="input 1: field 'document'"):
+            engine.score([("a", "b"), (page, b"not an image")])
         with pytest.raises(TypeError, match="input 0: field 'document' must be a str, an image or a"):
             engine.score([("a", 3)])
         with pytest.raises(ValueError, match="input 0: the document contains the placeholder token"):
@@ -92,3 +116,32 @@ def test_a_long_document_is_cut_and_bad_pairs_are_refused(reranker):
         logits = model(input_ids=torch.tensor([head_ids + kept + tail_ids]),
                        mm_token_type_ids=torch.zeros(1, 160, dtype=torch.int)).logits[0, -1]
     assert abs(got - float(torch.sigmoid(logits[yes] - logits[no]))) <= 1e-4
+
+
+def test_wde_serve_ranks_image_documents_as_rerank_does(reranker, tmp_path):
+    """Over a real socket: ``/v2/rerank`` reads ``data:image/...`` documents as images, as ``Engine.rerank`` ranks
+    them; a text-only request stays under ``--payload-limit``."""
+    import httpx
+    from test_qwen3_vl_serving import data_url
+    from wde_plugin_kit.serve import ServeProcess
+
+    directory = reranker[0]
+    page, photo = random_images(2, seed=23)
+    server = ServeProcess(str(directory), "--served-model-name", "vl-rerank", "--engine-arg", "task=rerank",
+                          "--payload-limit", "4096", log=tmp_path / "serve.log")
+    try:
+        documents = ["A table of monthly rainfall.", data_url(page), "a dog in the snow", data_url(photo)]
+        answer = httpx.post(server.url + "/v2/rerank", timeout=60, json={
+            "model": "vl-rerank", "query": "rainfall by month", "documents": documents})
+        assert answer.status_code == 200, answer.text
+        with Engine(str(directory), task="rerank", device="cpu") as engine:
+            expected = engine.rerank("rainfall by month", ["A table of monthly rainfall.", page.convert("RGB"),
+                                                           "a dog in the snow", photo.convert("RGB")])
+        got = answer.json()["results"]
+        assert [r["index"] for r in got] == [r["index"] for r in expected]
+        np.testing.assert_allclose([r["relevance_score"] for r in got], [r["score"] for r in expected], atol=1e-4)
+        too_big = httpx.post(server.url + "/v2/rerank", timeout=60, json={
+            "model": "vl-rerank", "query": "q", "documents": ["x" * 5000]})
+        assert too_big.status_code == 413 and "--payload-limit" in too_big.text, too_big.text
+    finally:
+        assert server.stop() == 0, server.log()

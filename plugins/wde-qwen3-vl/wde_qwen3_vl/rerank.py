@@ -69,14 +69,15 @@ class Side:
 
 class VisionPairInputProcessor:
     """``(query, document)`` pairs whose sides are each a str, an image or a ``{"text", "image"}`` dict, checked
-    before any work, naming the pair and the side; at most one image a pair."""
+    before any work, naming the pair and the side."""
 
     def __init__(self, pipeline) -> None:
         pass
 
     def process(self, inputs: Any, *, options: ScoreOptions | None = None, prompt: str | None = None,
                 prompt_name: str | None = None) -> list[Request]:
-        """One request per pair: ``text`` is its two :class:`Side`s, ``image`` the pair's image if it has one."""
+        """One request per pair: ``text`` is its two :class:`Side`s, ``image`` the tuple of its images (the query's
+        first), ``None`` if it has none."""
         if prompt is not None or prompt_name is not None:
             raise ValueError("Qwen3-VL-Reranker takes no prompt; pass the engine argument instruction=")
         if isinstance(inputs, (str, bytes, dict)) or not isinstance(inputs, Sequence):
@@ -95,10 +96,7 @@ class VisionPairInputProcessor:
             text, image = side_parts(index, name, value)
             sides.append(Side(text, image is not None))
             images += [image] if image is not None else []
-        if len(images) > 1:
-            raise ValueError(f"input {index}: both the query and the document are images; Qwen3-VL-Reranker here "
-                             "takes one image a pair")
-        return Request(index, tuple(sides), options, image=images[0] if images else None)
+        return Request(index, tuple(sides), options, image=tuple(images) or None)
 
 
 def side_parts(index: int, name: str, value: Any) -> tuple[str, ImageInput | None]:
@@ -116,18 +114,20 @@ def side_parts(index: int, name: str, value: Any) -> tuple[str, ImageInput | Non
     return "", image
 
 
-def rerank_text(query: Side, document: Side, instruction: str, pads: str) -> tuple[str, str, str]:
-    """The pair's prompt as (before the document's text, the document's text, after it); ``pads`` stands for the
-    pair's image tokens."""
+def rerank_text(query: Side, document: Side, instruction: str, pads: list[str]) -> tuple[str, str, str]:
+    """The pair's prompt as (before the document's text, the document's text, after it); ``pads``: the placeholder
+    tokens of the pair's images, in order."""
+    queue = list(pads)
+
     def vision(part: Side) -> str:
-        return "<|vision_start|>" + pads + "<|vision_end|>" if part.image else ""
+        return "<|vision_start|>" + queue.pop(0) + "<|vision_end|>" if part.image else ""
 
     head = HEAD.format(instruction=instruction) + (vision(query) + query.text or "NULL") + "\n<Document>:"
     return head + vision(document), document.text or ("" if document.image else "NULL"), TAIL
 
 
 class VisionRerankTokenizer(VisionTextTokenizer):
-    """Each pair in Qwen3-VL-Reranker's prompt, its image (if any) through the directory's image processor; over
+    """Each pair in Qwen3-VL-Reranker's prompt, its images through the directory's image processor; over
     ``max_model_len``, the document's text is cut when truncating (an image pair that still does not fit is
     refused)."""
 
@@ -147,13 +147,22 @@ class VisionRerankTokenizer(VisionTextTokenizer):
                         raise ValueError(f"input {request.index}: the {name} contains the placeholder token "
                                          f"{token!r}; pass images as images")
         for request in requests:
-            pads = self.preprocess_image(request) if request.image is not None else ""
+            pads = self.preprocess_images(request)
             head, text, tail = rerank_text(*request.text, self.instruction, pads)
             request.token_ids = self.cut_to_fit(head, text, tail, truncate)
             if request.num_tokens > self.max_len:
                 raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}" + (
                                      "; pass truncate=True" if not truncate and text else ""))
+
+    def preprocess_images(self, request: Request) -> list[str]:
+        """Decode and preprocess the pair's images (errors name the pair and the side); their placeholder tokens."""
+        sides = [name for name, side in zip(SIDES, request.text) if side.image]
+        done = [self.image_pixels(image, f"input {request.index}: field {side!r}")
+                for image, side in zip(request.image or (), sides)]
+        request.image = tuple(pixels for pixels, _ in done) or None
+        request.vision_tokens = sum(pixels.patches.shape[0] for pixels, _ in done)
+        return [pads for _, pads in done]
 
     def cut_to_fit(self, head: str, text: str, tail: str, truncate: bool) -> list[int]:
         """The tokens of ``head + text + tail``; over ``max_model_len`` and truncating, ``text``'s cut to fit."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wde_qwen2_vl.public import PagePixels, QueryPageBatch, VisionTextBatchBuilder, patch_positions
+from wde_qwen2_vl.public import QueryPageBatch, VisionTextBatchBuilder, pages_of, patch_positions
 
 
 def position_taps(grids: list[tuple[int, int, int]], merge: int, side: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +47,7 @@ class Qwen3VLBatchBuilder(VisionTextBatchBuilder):
         """Pack ``requests`` as wde-qwen2-vl does; add the taps of the images' patches, in the same order."""
         packed = super().build(requests)
         batch = Qwen3VLBatch(**{name: getattr(packed, name) for name in packed.__dataclass_fields__})
-        grids = [r.image.grid for r in requests if isinstance(r.image, PagePixels)]
+        grids = [page.grid for r in requests for page in pages_of(r)]
         if grids:
             batch.position_taps, batch.position_weights = position_taps(grids, self.merge, self.side)
         return batch

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 from wde_server.errors import ApiError
 
-IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed"})  # the routes that take images (--image-payload-limit)
+IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed", "/v1/rerank", "/v2/rerank"})  # routes taking images
+# (--image-payload-limit)
 REMOTE = ("http://", "https://")
 DATA_URL = "data:image/"
 ENGINE_ERROR = re.compile(r"input (\d+): (?:field '(\w+)' )?(.*)", re.S)  # how the engine names an input it refuses
@@ -197,11 +198,11 @@ def refuse_images(model: Any, inputs: Inputs) -> None:
                             "them (CLIP, SigLIP)", param=first)
 
 
-def check_payload(request: Any, inputs: Inputs) -> None:
+def check_payload(request: Any, has_images: bool) -> None:
     """A request without images keeps ``--payload-limit`` on the routes that take images (413)."""
     size = getattr(request.state, "body_bytes", 0)
     limit = request.app.state.options.payload_limit
-    if not inputs.images and size > limit:
+    if not has_images and size > limit:
         raise ApiError(413, f"body: {size} bytes exceed the payload limit of {limit} bytes (--payload-limit) for a "
                             "request without images; split the request")
 

@@ -59,10 +59,11 @@ class ServedModel:
 
     def rerank_call(self, query: str, documents: list, **kwargs: Any):
         """The prepared ranking of ``documents`` for ``query``: the cross-encoder's ``rerank``, or for a late-interaction
-        model ``multi_vector_rerank`` (MaxSim), ``data:image/...`` documents read as page images."""
-        if "multi_vector" not in self.outputs:
-            return self.sync.prepare("rerank", query, documents, **kwargs)
+        model ``multi_vector_rerank`` (MaxSim); ``data:image/...`` documents read as images by a model that reads
+        them (a page for ColQwen2, a document image for Qwen3-VL-Reranker)."""
         pages = [{"image": d} if self.reads_images and d.startswith("data:image/") else d for d in documents]
+        if "multi_vector" not in self.outputs:
+            return self.sync.prepare("rerank", query, pages, **kwargs)
         kwargs.pop("raw_scores", None)  # MaxSim scores have no activation to leave out
         return self.sync.prepare("multi_vector_rerank", query, pages, **kwargs)
 
@@ -117,11 +118,13 @@ def image_probe() -> dict | None:
 
 
 def reads(engine: Any, item: Any) -> bool:
-    """Whether an embedder's input processor takes ``item`` (a text, or an image input)."""
-    if item is None or engine.pipeline.task != "embed":
+    """Whether an embedder's input processor takes ``item`` (a text, or an image input); a reranker's, as a pair's
+    document."""
+    task = engine.pipeline.task
+    if item is None or isinstance(item, str) or task not in ("embed", "rerank"):
         return isinstance(item, str)
     try:
-        engine.input_processor.process([item])
+        engine.input_processor.process([item] if task == "embed" else [("warm up", item)])
     except Exception:  # noqa: BLE001 - whatever refuses the probe does not read it
         return False
     return True

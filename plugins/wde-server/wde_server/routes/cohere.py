@@ -10,7 +10,7 @@ from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, embed_call, is_small, run
 from wde_server.encoding import MULTI_VECTOR_TYPES, by_type
 from wde_server.errors import ApiError
-from wde_server.images import check_payload, cohere_inputs, refuse_images
+from wde_server.images import DATA_URL, check_payload, cohere_inputs, refuse_images
 from wde_server.models import ServedModel
 from wde_server.routes.common import answer, check_batch, check_dimensions, model_for
 from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
@@ -40,7 +40,7 @@ async def embed(body: CohereEmbedRequest, request: Request):
     model = model_for(request, body.model, "/v2/embed")
     inputs = cohere_inputs(body, pairs=model.reads_pairs)
     check_batch(request, inputs.checked(), inputs.name)
-    check_payload(request, inputs)
+    check_payload(request, bool(inputs.images))
     refuse_images(model, inputs)
     check_dimensions(model, body.output_dimension, "output_dimension")
     outputs = embed_outputs(model, body.embedding_types, body.output_dimension)
@@ -100,13 +100,14 @@ async def rerank(body: RerankRequest, request: Request, route: str):
     """Score every document with the model's cross-encoder; results best first, ``top_n`` kept."""
     model = model_for(request, body.model, route)
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
+    check_payload(request, model.reads_images and any(d.startswith(DATA_URL) for d in documents))
     if documents:
         check_batch(request, documents, "documents")
     timing = Timing()
 
     def prepare():
         cut = documents if body.max_tokens_per_doc is None else [
-            d if d.startswith("data:image/") else first_tokens(model, d, body.max_tokens_per_doc) for d in documents]
+            d if d.startswith(DATA_URL) else first_tokens(model, d, body.max_tokens_per_doc) for d in documents]
         return model.rerank_call(body.query, cut, top_n=body.top_n, truncate=True)
 
     ranked = await run(model, prepare, timing, request=request)

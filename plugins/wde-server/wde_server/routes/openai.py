@@ -34,7 +34,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     model = model_for(request, body.model, "/v1/embeddings")
     inputs = jina_inputs(as_list(body.input), pairs=model.reads_pairs)
     check_batch(request, inputs.checked(), "input")
-    check_payload(request, inputs)
+    check_payload(request, bool(inputs.images))
     refuse_images(model, inputs)
     check_dimensions(model, body.dimensions, "dimensions")
     if body.late_chunks is not None or body.late_overlap is not None:
