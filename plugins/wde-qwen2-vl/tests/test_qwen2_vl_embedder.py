@@ -71,7 +71,6 @@ def test_gme_chat_framing_matches_qwen2_vl_model(qwen2_vl, tmp_path):
                                                                                      ("find this", picture)]
     with Engine(str(framed), device="cpu", framing="chat", instruction="You are a helpful assistant.",
                 chat_suffix="<|endoftext|>") as engine:
-        assert engine.pipeline.reasons.get("framing") is None  # Qwen2-VL embedders are plain unless asked
         for instruction, prompt in (("You are a helpful assistant.", None), ("Find an image.", "Find an image.")):
             got = engine.encode(items, prompt=prompt)
             for vector, (text, image) in zip(got, layouts):
@@ -79,6 +78,9 @@ def test_gme_chat_framing_matches_qwen2_vl_model(qwen2_vl, tmp_path):
                 with torch.no_grad():
                     state = reference(**inputs).last_hidden_state[0, -1]
                 assert np.abs(vector - (state / state.norm()).numpy()).max() <= 1e-4
+    with Engine(str(framed), device="cpu") as engine:  # Qwen2-VL embedders are plain unless asked, template or not
+        expected = reference_vector(reference, processor, "a photo of a cat")
+        assert np.abs(engine.encode(["a photo of a cat"])[0] - expected).max() <= 1e-4
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -1,7 +1,7 @@
 """How a vision-language embedder frames an input: ``plain`` (the image's placeholder, then the prompt and the text,
 as ``Qwen2VLProcessor`` lays out a bare input) or ``chat`` (the model's own chat template around it: a system turn
 holding the instruction, a user turn holding the image and the text, then the assistant's header, whose last token
-is pooled: Qwen3-VL-Embedding's scripts, and GME's and DSE's with ``chat_suffix="<|endoftext|>"``)."""
+is pooled: Qwen3-VL-Embedding's scripts, and GME's with ``chat_suffix="<|endoftext|>"``)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ TEXT_MARK = "\x00wde-text\x00"  # stands for the text while the template is rend
 
 @dataclass
 class VisionTextEngineArgs(EngineArgs):
-    """The core's arguments plus ``framing`` (``"plain"`` or ``"chat"``; ``None``: the model's default, chat where
-    its plugin says the model was trained so and the directory has a chat template), ``instruction`` (the chat's
+    """The core's arguments plus ``framing`` (``"plain"`` or ``"chat"``; ``None``: the model's default, which its
+    plugin decides: wde-qwen3-vl's is chat wherever the directory has a chat template), ``instruction`` (the chat's
     system turn when a call passes no ``prompt``; default ``"Represent the user's input."``) and ``chat_suffix``
-    (text after the assistant's header, e.g. GME's and DSE's ``"<|endoftext|>"``)."""
+    (text after the assistant's header, e.g. GME's ``"<|endoftext|>"``); both refused when the framing is plain."""
 
     framing: str | None = None
     instruction: str | None = None
@@ -35,6 +35,14 @@ class VisionTextEngineArgs(EngineArgs):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"engine argument {name}={value!r}: expected a str")
+            refuse_placeholders(name, value)
+
+
+def refuse_placeholders(name: str, value: str | None) -> None:
+    """An engine argument spelling an image or video placeholder token is refused, naming it."""
+    for token in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"):
+        if token in (value or ""):
+            raise ValueError(f"engine argument {name}: contains the placeholder token {token!r}")
 
 
 def framing_of(pipeline) -> str:
@@ -52,6 +60,8 @@ def find_chat_template(directory: Path) -> str | None:
     for name in ("chat_template.json", "tokenizer_config.json"):
         if (directory / name).is_file():
             template = json.loads((directory / name).read_text(encoding="utf-8")).get("chat_template")
+            if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+                template = next((item["template"] for item in template if item.get("name") == "default"), None)
             if template:
                 return template
     return None

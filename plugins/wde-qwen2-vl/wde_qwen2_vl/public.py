@@ -5,9 +5,9 @@
 tokenizer to build on. Their workflows may name this plugin's ``query-page`` input processor and ``multi-vector``
 output processor, and its ``late_interaction`` task serves them. Other vision-language embedders (Qwen3-VL) may
 name its ``vision-text`` input processor, ``qwen2-vl`` tokenizer and ``vision-text`` engine arguments (``framing``:
-``find_chat_template`` says whether a directory can take ``chat``), and build on ``VisionTextBatchBuilder`` (its
+``find_chat_template`` says whether a directory can take ``chat``; ``refuse_placeholders`` checks such an argument), and build on ``VisionTextBatchBuilder`` (its
 batches are ``QueryPageBatch``es, an image request's pixels a ``PagePixels`` or a tuple of them: ``pages_of``), ``VisionTextTokenizer`` (its
-``preprocess_image``; ``VISION``, the image placeholder it expands) and ``map_vl_name`` (checkpoint
+``image_pixels`` and ``preprocess_image``; ``VISION``, the image placeholder it expands) and ``map_vl_name`` (checkpoint
 names onto a ``text`` decoder and a ``visual`` tower)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from wde_qwen2_vl.framing import find_chat_template
+from wde_qwen2_vl.framing import find_chat_template, refuse_placeholders
 from wde_qwen2_vl.stages import PagePixels, QueryPageBatch, QueryPageTokenizer, pages_of
 from wde_qwen2_vl.vision_text import VISION, VisionTextBatchBuilder, VisionTextTokenizer
 from wde_qwen2_vl.vision import PatchMerger, VisionBlock, VisionTower, patch_positions
@@ -37,4 +37,5 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
 
 __all__ = ["maxsim", "mrope_positions", "VisionTower", "WindowVisionTower", "vision_tower", "build_windows",
            "patch_positions", "QueryPageTokenizer", "VisionBlock", "PatchMerger", "VisionTextBatchBuilder",
-           "QueryPageBatch", "PagePixels", "map_vl_name", "find_chat_template", "VisionTextTokenizer", "VISION", "pages_of"]
+           "QueryPageBatch", "PagePixels", "map_vl_name", "find_chat_template", "VisionTextTokenizer", "VISION", "pages_of",
+           "refuse_placeholders"]

@@ -79,6 +79,10 @@ class VisionTextTokenizer(QueryPageTokenizer):
         self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
         self.frame = lru_cache(maxsize=64)(ChatFraming(pipeline, self.tokenizer).around) \
             if framing_of(pipeline) == "chat" else None
+        for name in ("instruction", "chat_suffix") if hasattr(pipeline.args, "framing") else ():  # vision-text's
+            if self.frame is None and getattr(pipeline.args, name, None):
+                raise ValueError(f"engine argument {name}: used only with framing='chat', and this model is framed "
+                                 "plain (engine argument framing, or wde inspect's framing)")
 
     def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
         """Fill token ids (and images' pixels); over ``max_model_len``: a text is cut when ``truncate``, an image
@@ -129,7 +133,11 @@ class VisionTextTokenizer(QueryPageTokenizer):
             return ids
         parts = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, request.text, tail)]
         room = self.max_len - len(parts[0]) - len(parts[2])
-        return parts[0] + parts[1][:room] + parts[2] if room > 0 else ids
+        if room <= 0:
+            raise ValueError(f"input {request.index}: the chat frame and its instruction alone take "
+                             f"{len(parts[0]) + len(parts[2])} tokens, max_model_len={self.max_len}; shorten the "
+                             "instruction or raise max_model_len")
+        return parts[0] + parts[1][:room] + parts[2]
 
     def check_instructions(self, requests: list[Request]) -> None:
         """Refuse an instruction (``prompt``) that spells an image or video placeholder token, naming its input."""

@@ -6,6 +6,7 @@ temporal, height and width positions, each rotating its section of the head; an 
 from __future__ import annotations
 
 import copy
+import numbers
 
 import torch
 
@@ -49,11 +50,17 @@ def map_vl_name(model, name: str, prefixes: tuple[tuple[str, str], ...] = _PREFI
     return name, None
 
 
+def _is_count(value) -> bool:
+    """Whether ``value`` is one integer (a grid's size), not a grid: Python's, numpy's, or a 0-d tensor."""
+    return isinstance(value, numbers.Integral) or (isinstance(value, torch.Tensor) and value.dim() == 0)
+
+
 def mrope_positions(token_ids: list[int], grids, image_token_id: int, merge: int) -> torch.Tensor:
     """``[3, n]`` positions of one sequence as transformers' ``get_rope_index`` makes them: text tokens count on in
     all three; an image's merged patches take (start, start + row, start + column), and the text after it starts
     at start + max(rows, columns). ``grids``: the sequence's images' grids in order (one grid, or ``None``)."""
-    queue = [] if not grids else [grids] if isinstance(grids[0], int) else list(grids)
+    queue = [] if grids is None or len(grids) == 0 else [grids] if _is_count(grids[0]) else list(grids)
+    queue = [tuple(int(size) for size in grid) for grid in queue]
     out, current, i = [], 0, 0
     while i < len(token_ids):
         if token_ids[i] == image_token_id and queue:

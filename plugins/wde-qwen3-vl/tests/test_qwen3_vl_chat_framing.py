@@ -54,8 +54,9 @@ def test_inputs_are_embedded_inside_the_chat_turn(chat_model):
         in_frame = engine.encode(["a photo of a cat"])[0]
     bare = reference(model, processor, "a photo of a cat")
     assert np.abs(in_frame - bare).max() > 1e-3  # the frame matters
-    with Engine(str(directory), device="cpu", framing="plain", instruction=QUERY) as engine:
-        assert np.abs(engine.encode(["a photo of a cat"])[0] - bare).max() <= 1e-4  # plain ignores the instruction
+    with Engine(str(directory), device="cpu", framing="plain") as engine:
+        assert engine.pipeline.reasons["framing"] == "plain: engine argument framing"
+        assert np.abs(engine.encode(["a photo of a cat"])[0] - bare).max() <= 1e-4
     with Engine(str(directory), device="cpu", instruction=QUERY, chat_suffix="<|endoftext|>") as engine:  # GME, DSE
         expected = reference(model, processor, chat_framed(QUERY, "a photo of a cat", False) + "<|endoftext|>")
         assert np.abs(engine.encode(["a photo of a cat"])[0] - expected).max() <= 1e-4
@@ -68,6 +69,8 @@ def test_a_long_text_is_cut_inside_the_frame(chat_model):
         got = engine.encode([text])[0]
         with pytest.raises(ValueError, match="input 0: the query has .* tokens, more than max_model_len=64"):
             engine.encode([text], truncate=False)
+        with pytest.raises(ValueError, match="input 0: the chat frame and its instruction alone take"):
+            engine.encode(["a cat"], prompt=" ".join(["find"] * 80))
     tokenizer = processor.tokenizer
     head, tail = chat_framed(DEFAULT, "\x00", False).split("\x00")
     head_ids, tail_ids = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, tail))
@@ -82,6 +85,10 @@ def test_framing_refusals_name_what_is_wrong(chat_model, tmp_path):
     directory, _, _ = chat_model
     with pytest.raises(ValueError, match="engine argument framing='chatml': expected one of plain, chat"):
         Engine(str(directory), device="cpu", framing="chatml")
+    with pytest.raises(ValueError, match="engine argument instruction: used only with framing='chat'"):
+        Engine(str(directory), device="cpu", framing="plain", instruction=QUERY)
+    with pytest.raises(ValueError, match="engine argument chat_suffix: contains the placeholder token"):
+        Engine(str(directory), device="cpu", chat_suffix="<|image_pad|>")
     with Engine(str(directory), device="cpu") as engine:
         with pytest.raises(ValueError, match="input 0: the prompt .* contains the placeholder token '<.image_pad.>'"):
             engine.encode(["a cat"], prompt="find <|image_pad|>")

@@ -101,12 +101,16 @@ def test_a_long_document_is_cut_and_bad_pairs_are_refused(reranker):
         got = engine.score([("a fox", long_text)])[0]
         with pytest.raises(ValueError, match="input 0: the formatted pair has .* tokens, more than max_model_len=160"):
             engine.score([("a fox", long_text)], truncate=False)
-        with pytest.raises(ValueError, match="input 1: field 'document'"):
+        with pytest.raises(ValueError, match="input 1: field 'image' is not an image file"):
             engine.score([("a", "b"), (page, b"not an image")])
         with pytest.raises(TypeError, match="input 0: field 'document' must be a str, an image or a"):
             engine.score([("a", 3)])
         with pytest.raises(ValueError, match="input 0: the document contains the placeholder token"):
             engine.score([("a", "<|image_pad|>")])
+        with pytest.raises(ValueError, match="input 0 \\(query\\): field 'image' is not an image file"):
+            engine.score([(b"not an image", "b")])
+    with pytest.raises(ValueError, match="engine argument instruction: contains the placeholder token"):
+        Engine(str(directory), task="rerank", device="cpu", instruction="<|image_pad|>")
     tokenizer = processor.tokenizer
     head, tail = prompt("a fox", "\x00").split("\x00")
     head_ids, tail_ids = (tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, tail))
@@ -127,8 +131,9 @@ def test_wde_serve_ranks_image_documents_as_rerank_does(reranker, tmp_path):
 
     directory = reranker[0]
     page, photo = random_images(2, seed=23)
+    limit = page.width * page.height + photo.width * photo.height  # the ranking request's images, no more
     server = ServeProcess(str(directory), "--served-model-name", "vl-rerank", "--engine-arg", "task=rerank",
-                          "--payload-limit", "4096", log=tmp_path / "serve.log")
+                          "--payload-limit", "4096", "--max-request-pixels", str(limit), log=tmp_path / "serve.log")
     try:
         documents = ["A table of monthly rainfall.", data_url(page), "a dog in the snow", data_url(photo)]
         answer = httpx.post(server.url + "/v2/rerank", timeout=60, json={
@@ -143,5 +148,11 @@ def test_wde_serve_ranks_image_documents_as_rerank_does(reranker, tmp_path):
         too_big = httpx.post(server.url + "/v2/rerank", timeout=60, json={
             "model": "vl-rerank", "query": "q", "documents": ["x" * 5000]})
         assert too_big.status_code == 413 and "--payload-limit" in too_big.text, too_big.text
+        too_many = httpx.post(server.url + "/v2/rerank", timeout=60, json={
+            "model": "vl-rerank", "query": "q", "documents": [data_url(page), data_url(photo), data_url(photo)]})
+        assert too_many.status_code == 413 and "documents[2]" in too_many.text, too_many.text
+        broken = httpx.post(server.url + "/v1/rerank", timeout=60, json={
+            "model": "vl-rerank", "query": "q", "documents": ["a text", "data:image/png;base64,aGVsbG8="]})
+        assert broken.status_code == 400 and broken.json()["error"]["param"] == "documents[1]", broken.text
     finally:
         assert server.stop() == 0, server.log()

@@ -65,7 +65,7 @@ def wde_register_input_processors(register):
 def wde_register_tokenizers(register):
     """Pairs in Qwen3-VL-Reranker's prompt."""
     register("qwen3-vl-rerank", "wde_qwen3_vl.rerank:VisionRerankTokenizer",
-             "pairs in Qwen3-VL-Reranker's prompt, the pair's image through the image processor")
+             "pairs in Qwen3-VL-Reranker's prompt, the pair's images through the image processor")
 
 
 @hookimpl

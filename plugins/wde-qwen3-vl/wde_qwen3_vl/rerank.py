@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from wde_core.plugin_api import EngineArgs, ImageInput, Request, ScoreOptions, as_image_input
-from wde_qwen2_vl.public import VisionTextTokenizer
+from wde_qwen2_vl.public import VisionTextTokenizer, refuse_placeholders
 
 SYSTEM = ("Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that "
           "the answer can only be \"yes\" or \"no\".")
@@ -57,6 +57,7 @@ class VisionRerankEngineArgs(EngineArgs):
         super().__post_init__()
         if self.instruction is not None and not isinstance(self.instruction, str):
             raise ValueError(f"engine argument instruction={self.instruction!r}: expected a str or None")
+        refuse_placeholders("instruction", self.instruction)
 
 
 @dataclass
@@ -128,8 +129,8 @@ def rerank_text(query: Side, document: Side, instruction: str, pads: list[str]) 
 
 class VisionRerankTokenizer(VisionTextTokenizer):
     """Each pair in Qwen3-VL-Reranker's prompt, its images through the directory's image processor; over
-    ``max_model_len``, the document's text is cut when truncating (an image pair that still does not fit is
-    refused)."""
+    ``max_model_len``, the document's text is cut when truncating, and a pair that still does not fit (or is not
+    cut) is refused."""
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
@@ -151,14 +152,17 @@ class VisionRerankTokenizer(VisionTextTokenizer):
             head, text, tail = rerank_text(*request.text, self.instruction, pads)
             request.token_ids = self.cut_to_fit(head, text, tail, truncate)
             if request.num_tokens > self.max_len:
+                fits_cut = text and len(self.tokenizer(head + tail)["input_ids"]) < self.max_len
                 raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}" + (
-                                     "; pass truncate=True" if not truncate and text else ""))
+                                     "; pass truncate=True" if not truncate and fits_cut else
+                                     "; the query, the images and the prompt alone do not fit: shorten them"))
 
     def preprocess_images(self, request: Request) -> list[str]:
-        """Decode and preprocess the pair's images (errors name the pair and the side); their placeholder tokens."""
+        """Decode and preprocess the pair's images (errors name the pair, and the query when it is its image); their
+        placeholder tokens."""
         sides = [name for name, side in zip(SIDES, request.text) if side.image]
-        done = [self.image_pixels(image, f"input {request.index}: field {side!r}")
+        done = [self.image_pixels(image, f"input {request.index}" + (" (query)" if side == "query" else ""))
                 for image, side in zip(request.image or (), sides)]
         request.image = tuple(pixels for pixels, _ in done) or None
         request.vision_tokens = sum(pixels.patches.shape[0] for pixels, _ in done)

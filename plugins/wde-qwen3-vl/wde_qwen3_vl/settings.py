@@ -15,10 +15,10 @@ def configure(propose, directory, args) -> None:
     propose.suggest("pooling", "last", "Qwen3-VL embedders (Qwen3-VL-Embedding) pool the last token")
     propose.suggest("normalize", True, "Qwen3-VL embedders (Qwen3-VL-Embedding) are compared by cosine")
     propose.length_limit = (text.max_position_embeddings, "Qwen3-VL's text max_position_embeddings")
-    propose_framing(propose, directory)
+    propose_framing(propose, directory, args)
 
 
-def propose_framing(propose, directory) -> None:
+def propose_framing(propose, directory, args) -> None:
     """``chat`` where the directory has a chat template (Qwen3-VL-Embedding's scripts put each input in a chat turn
     under a system instruction and pool the assistant header's last token), else ``plain``; the engine argument
     ``framing`` still wins."""
@@ -26,6 +26,8 @@ def propose_framing(propose, directory) -> None:
 
     has_template = find_chat_template(directory.path) is not None
     propose.extras["framing"] = "chat" if has_template else "plain"
-    propose.notes["framing"] = ("chat by default: the directory's chat template, as Qwen3-VL-Embedding frames its "
+    asked = getattr(args, "framing", None)
+    propose.notes["framing"] = (f"{asked}: engine argument framing" if asked else
+                                "chat by default: the directory's chat template, as Qwen3-VL-Embedding frames its "
                                 "inputs" if has_template else "plain by default: the directory has no chat template")
 

@@ -61,7 +61,8 @@ class ServedModel:
         """The prepared ranking of ``documents`` for ``query``: the cross-encoder's ``rerank``, or for a late-interaction
         model ``multi_vector_rerank`` (MaxSim); ``data:image/...`` documents read as images by a model that reads
         them (a page for ColQwen2, a document image for Qwen3-VL-Reranker)."""
-        pages = [{"image": d} if self.reads_images and d.startswith("data:image/") else d for d in documents]
+        pages = [{"image": d} if self.reads_images and isinstance(d, str) and d.startswith("data:image/") else d
+                 for d in documents]  # (the Cohere/Jina routes pass images already read, as {"image": bytes})
         if "multi_vector" not in self.outputs:
             return self.sync.prepare("rerank", query, pages, **kwargs)
         kwargs.pop("raw_scores", None)  # MaxSim scores have no activation to leave out
