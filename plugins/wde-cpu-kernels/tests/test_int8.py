@@ -70,7 +70,8 @@ def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tenso
     w_scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
     wq = torch.round(w / w_scale[:, None]).clamp(-127, 127)
     magnitudes = x.double().abs().amax(dim=1)
-    outlying = magnitudes > int8.OUTLIER_FACTOR * magnitudes.median()
+    factor = int8.FFN_OUTLIER_FACTOR if layer.activation else int8.OUTLIER_FACTOR  # FFN in: 3, else 2
+    outlying = magnitudes > factor * magnitudes.median()
     scale = magnitudes.masked_fill(outlying, 0).max() / 127
     xq = torch.round(x.double() / scale).clamp(-128, 127)
     y = (xq @ wq.T) * scale * w_scale + layer.bias.double()
