@@ -11,7 +11,7 @@ import torch
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_gemma.model import GemmaEmbedder
-from wde_qwen2_bidir.public import AnswerRows, mark_shared_prefixes, names_of, require_answer_at_last_token
+from wde_qwen2_bidir.public import AnswerRows, mark_shared_prefixes, name_match, require_answer_at_last_token
 
 # FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
 PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "
@@ -21,10 +21,7 @@ SEP, QUERY, PASSAGE = "\n", "A: {}", "B: {}"
 
 def is_bge_gemma_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names bge-reranker-v2-gemma."""
-    for name in names_of(directory):
-        if "bge-reranker-v2-gemma" in name.lower():
-            return f"LLM Yes reranker ('bge-reranker-v2-gemma' in {name!r})"
-    return None
+    return name_match(directory, "bge-reranker-v2-gemma", "LLM Yes reranker")
 
 
 def configure_bge_gemma(propose, directory, args) -> None:

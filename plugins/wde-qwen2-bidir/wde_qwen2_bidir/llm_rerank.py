@@ -22,12 +22,21 @@ def names_of(directory) -> list[str]:
     return [str(directory.name), str(directory.path), str(read_config_json(directory.path).get("_name_or_path") or "")]
 
 
+def name_match(directory, fragment: str, kind: str) -> str | None:
+    """A variant matcher's reason, ``"{kind} ('{fragment}' in '{name}')"``, when one of :func:`names_of` holds
+    ``fragment`` (any case); else ``None``."""
+    for name in names_of(directory):
+        if fragment in name.lower():
+            return f"{kind} ({fragment!r} in {name!r})"
+    return None
+
+
 def is_qwen3_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names a Qwen3-Reranker."""
     for fragment in KNOWN_RERANKERS:
-        for name in names_of(directory):
-            if fragment in name.lower():
-                return f"LLM yes/no reranker ({fragment!r} in {name!r})"
+        why = name_match(directory, fragment, "LLM yes/no reranker")
+        if why is not None:
+            return why
     return None
 
 

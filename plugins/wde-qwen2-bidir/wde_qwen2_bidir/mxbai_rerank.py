@@ -9,16 +9,13 @@ from __future__ import annotations
 
 from wde_core.plugin_api import HFTokenizer, Request
 from wde_qwen2_bidir import prompts as p
-from wde_qwen2_bidir.llm_rerank import names_of, require_answer_at_last_token
+from wde_qwen2_bidir.llm_rerank import name_match, require_answer_at_last_token
 from wde_qwen2_bidir.rerank_stages import mark_shared_prefixes
 
 
 def is_mxbai_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names mxbai-rerank(-v2)."""
-    for name in names_of(directory):
-        if "mxbai-rerank" in name.lower():
-            return f"LLM 1/0 reranker ('mxbai-rerank' in {name!r})"
-    return None
+    return name_match(directory, "mxbai-rerank", "LLM 1/0 reranker")
 
 
 def configure_mxbai(propose, directory, args) -> None:

@@ -5,10 +5,11 @@
 tokenizer to build on. Their workflows may name this plugin's ``query-page`` input processor and ``multi-vector``
 output processor, and its ``late_interaction`` task serves them. Other vision-language embedders (Qwen3-VL) may
 name its ``vision-text`` input processor, ``qwen2-vl`` tokenizer and ``vision-text`` engine arguments (``framing``:
-``find_chat_template`` says whether a directory can take ``chat``; ``refuse_placeholders`` checks such an argument), and build on ``VisionTextBatchBuilder`` (its
-batches are ``QueryPageBatch``es, an image request's pixels a ``PagePixels`` or a tuple of them: ``pages_of``), ``VisionTextTokenizer`` (its
-``image_pixels`` and ``preprocess_image``; ``VISION``, the image placeholder it expands) and ``map_vl_name`` (checkpoint
-names onto a ``text`` decoder and a ``visual`` tower)."""
+``find_chat_template`` says whether a directory can take ``chat``; ``refuse_placeholders`` checks such an
+argument), and build on ``VisionTextBatchBuilder`` (its batches are ``QueryPageBatch``es, an image request's pixels
+a ``PagePixels`` or a tuple of them: ``pages_of``), ``VisionTextTokenizer`` (its ``image_pixels``,
+``preprocess_image``, ``cut_to_fit`` and ``placeholder_in``; ``VISION``, the image placeholder it expands) and
+``map_vl_name`` (checkpoint names onto a ``text`` decoder and a ``visual`` tower)."""
 
 from __future__ import annotations
 

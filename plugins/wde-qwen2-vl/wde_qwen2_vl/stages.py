@@ -130,10 +130,14 @@ class QueryPageTokenizer:
     def check_placeholders(self, requests: list[Request], kind: str) -> None:
         """Refuse a text that spells an image or video placeholder token, naming its input."""
         for request in requests:
-            for token in self.placeholders:
-                if token in (request.text or ""):
-                    raise ValueError(f"input {request.index}: the {kind} contains the placeholder token {token!r}; "
-                                     "pass images as images")
+            token = self.placeholder_in(request.text)
+            if token is not None:
+                raise ValueError(f"input {request.index}: the {kind} contains the placeholder token {token!r}; "
+                                 "pass images as images")
+
+    def placeholder_in(self, text: str | None) -> str | None:
+        """The first image or video placeholder token ``text`` spells, else ``None``."""
+        return next((token for token in self.placeholders if token in (text or "")), None)
 
     def check_lengths(self, requests: list[Request], image_kind: str) -> None:
         """Refuse an input over ``max_model_len`` (a text only when it was not cut), naming it."""

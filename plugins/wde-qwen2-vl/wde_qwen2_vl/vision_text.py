@@ -128,24 +128,30 @@ class VisionTextTokenizer(QueryPageTokenizer):
         ``max_model_len`` is cut at its end when ``truncate``, the frame kept whole."""
         head, tail = self.frame(bool(request.text), bool(pads), request.prompt)
         head = head.replace("<|image_pad|>", pads)
-        ids = self.tokenizer(head + request.text + tail, return_attention_mask=False)["input_ids"]
-        if len(ids) <= self.max_len or not truncate:
+        ids = self.cut_to_fit(head, request.text, tail, truncate)
+        if truncate and request.text and len(ids) > self.max_len:
+            frame = sum(len(self.tokenizer(part, add_special_tokens=False)["input_ids"]) for part in (head, tail))
+            raise ValueError(f"input {request.index}: the chat frame and its instruction alone take {frame} tokens, "
+                             f"max_model_len={self.max_len}; shorten the instruction or raise max_model_len")
+        return ids
+
+    def cut_to_fit(self, head: str, text: str, tail: str, truncate: bool) -> list[int]:
+        """The tokens of ``head + text + tail``; over ``max_model_len`` and truncating, ``text``'s cut at its end to
+        fit (still over when ``head`` and ``tail`` alone do not fit)."""
+        ids = self.tokenizer(head + text + tail, return_attention_mask=False)["input_ids"]
+        if len(ids) <= self.max_len or not truncate or not text:
             return ids
-        parts = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, request.text, tail)]
+        parts = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, text, tail)]
         room = self.max_len - len(parts[0]) - len(parts[2])
-        if room <= 0:
-            raise ValueError(f"input {request.index}: the chat frame and its instruction alone take "
-                             f"{len(parts[0]) + len(parts[2])} tokens, max_model_len={self.max_len}; shorten the "
-                             "instruction or raise max_model_len")
-        return parts[0] + parts[1][:room] + parts[2]
+        return parts[0] + parts[1][:room] + parts[2] if room > 0 else ids
 
     def check_instructions(self, requests: list[Request]) -> None:
         """Refuse an instruction (``prompt``) that spells an image or video placeholder token, naming its input."""
         for request in requests:
-            for token in self.placeholders:
-                if token in (request.prompt or ""):
-                    raise ValueError(f"input {request.index}: the prompt (the chat's instruction) contains the "
-                                     f"placeholder token {token!r}")
+            token = self.placeholder_in(request.prompt)
+            if token is not None:
+                raise ValueError(f"input {request.index}: the prompt (the chat's instruction) contains the "
+                                 f"placeholder token {token!r}")
 
 
 class VisionTextBatchBuilder(QueryPageBatchBuilder):

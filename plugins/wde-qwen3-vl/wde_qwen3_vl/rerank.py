@@ -23,12 +23,9 @@ SIDES = ("query", "document")
 
 def is_qwen3_vl_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names a Qwen3-VL-Reranker."""
-    from wde_qwen2_bidir.public import names_of
+    from wde_qwen2_bidir.public import name_match
 
-    for name in names_of(directory):
-        if "qwen3-vl-reranker" in name.lower():
-            return f"Qwen3-VL yes/no reranker ('qwen3-vl-reranker' in {name!r})"
-    return None
+    return name_match(directory, "qwen3-vl-reranker", "Qwen3-VL yes/no reranker")
 
 
 def configure(propose, directory, args) -> None:
@@ -143,10 +140,10 @@ class VisionRerankTokenizer(VisionTextTokenizer):
                              "pass True or False")
         for request in requests:
             for name, side in zip(SIDES, request.text):
-                for token in self.placeholders:
-                    if token in side.text:
-                        raise ValueError(f"input {request.index}: the {name} contains the placeholder token "
-                                         f"{token!r}; pass images as images")
+                token = self.placeholder_in(side.text)
+                if token is not None:
+                    raise ValueError(f"input {request.index}: the {name} contains the placeholder token {token!r}; "
+                                     "pass images as images")
         for request in requests:
             pads = self.preprocess_images(request)
             head, text, tail = rerank_text(*request.text, self.instruction, pads)
@@ -167,15 +164,6 @@ class VisionRerankTokenizer(VisionTextTokenizer):
         request.image = tuple(pixels for pixels, _ in done) or None
         request.vision_tokens = sum(pixels.patches.shape[0] for pixels, _ in done)
         return [pads for _, pads in done]
-
-    def cut_to_fit(self, head: str, text: str, tail: str, truncate: bool) -> list[int]:
-        """The tokens of ``head + text + tail``; over ``max_model_len`` and truncating, ``text``'s cut to fit."""
-        ids = self.tokenizer(head + text + tail, return_attention_mask=False)["input_ids"]
-        if len(ids) <= self.max_len or not truncate or not text:
-            return ids
-        parts = [self.tokenizer(part, add_special_tokens=False)["input_ids"] for part in (head, text, tail)]
-        room = self.max_len - len(parts[0]) - len(parts[2])
-        return parts[0] + parts[1][:room] + parts[2] if room > 0 else ids
 
 
 def answer_head_config(config) -> SimpleNamespace:
