@@ -44,7 +44,8 @@ class TaskMethods:
     def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None, return_documents: bool = False,
                raw_scores: bool = False, truncate: bool | None = None, show_progress: bool = False) -> Any:
         """Score ``documents`` against ``query`` (the ``rerank`` task): ``[{"index", "score"[, "document"]}]``, best
-        first (ties in input order), the best ``top_n`` only if given."""
+        first (ties in input order), the best ``top_n`` only if given. A reranker that reads images takes an image
+        or a ``{"text", "image"}`` dict on either side; a text cross-encoder refuses them, naming the field."""
         return self.call("rerank", query, documents, top_n=top_n, return_documents=return_documents,
                          raw_scores=raw_scores, truncate=truncate, show_progress=show_progress)
 

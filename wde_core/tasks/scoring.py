@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from wde_core.runtime.request import ScoreOptions
+from wde_core.runtime.request import ScoreOptions, as_image_input
 from wde_core.tasks import Call, long_input_policy
 
 
@@ -48,9 +48,11 @@ def _scoring_requests(engine, inputs: Any, raw_scores: bool, truncate: bool | No
 
 
 def check_rerank_arguments(query: Any, documents: Any, top_n: Any) -> None:
-    """Refuse a non-str query, documents that are not a list, and a ``top_n`` that is not positive."""
-    if not isinstance(query, str):
-        raise TypeError(f"query: expected a str, got {type(query).__name__}")
+    """Refuse a query that is neither a str nor an image (or a text + image dict: the model's input processor says
+    whether it reads them), documents that are not a list, and a ``top_n`` that is not positive."""
+    if not isinstance(query, (str, dict)) and as_image_input(query) is None:
+        raise TypeError(f"query: expected a str (or an image, for a reranker that reads images), got "
+                        f"{type(query).__name__}")
     if isinstance(documents, str) or not isinstance(documents, Sequence):
         raise TypeError(f"documents: expected a list of str, got {type(documents).__name__}")
     if top_n is not None and (not isinstance(top_n, int) or isinstance(top_n, bool) or top_n < 1):

@@ -109,6 +109,9 @@ def test_rerank_routes_rank_pages_by_maxsim(served, engines):
     tei = post(server, "/rerank", {"query": QUERIES[1], "texts": [data_url(p) for p in pages]})
     assert tei.status_code == 200, tei.text
     assert [r["index"] for r in tei.json()] == [r["index"] for r in expected]
+    image_query = post(server, "/v2/rerank", {"query": data_url(pages[0]), "documents": [data_url(pages[1])]})
+    assert image_query.status_code == 400 and image_query.json()["error"]["param"] == "query", image_query.text
+    assert "send the query as text" in image_query.text
 
 
 def test_pooled_vector_routes_and_types_are_refused_naming_the_served_ones(served):

@@ -154,5 +154,38 @@ def test_wde_serve_ranks_image_documents_as_rerank_does(reranker, tmp_path):
         broken = httpx.post(server.url + "/v1/rerank", timeout=60, json={
             "model": "vl-rerank", "query": "q", "documents": ["a text", "data:image/png;base64,aGVsbG8="]})
         assert broken.status_code == 400 and broken.json()["error"]["param"] == "documents[1]", broken.text
+        image_query_on_every_rerank_route(server, directory, page, photo)
     finally:
         assert server.stop() == 0, server.log()
+
+
+def image_query_on_every_rerank_route(server, directory, page, photo) -> None:
+    """An image as the query (a ``data:image`` URL) on ``/v1/rerank``, ``/v2/rerank`` and TEI's ``/rerank``,
+    ranked as ``Engine.rerank`` ranks the image; a query image that does not decode, or over the pixel limit, is
+    named ``query``."""
+    import httpx
+    from test_qwen3_vl_serving import data_url
+
+    documents = ["a dog in the snow", data_url(page)]
+    with Engine(str(directory), task="rerank", device="cpu") as engine:
+        expected = engine.rerank(photo.convert("RGB"), ["a dog in the snow", page.convert("RGB")])
+        pairs = engine.score([(photo.convert("RGB"), "a dog in the snow"), (photo.convert("RGB"), page.convert("RGB"))])
+    np.testing.assert_allclose([r["score"] for r in sorted(expected, key=lambda r: r["index"])], pairs, atol=1e-6)
+    for route, field in (("/v1/rerank", "documents"), ("/v2/rerank", "documents"), ("/rerank", "texts")):
+        model = {} if route == "/rerank" else {"model": "vl-rerank"}  # TEI's body has no model (the one served)
+        answer = httpx.post(server.url + route, timeout=60, json={**model, "query": data_url(photo), field: documents})
+        assert answer.status_code == 200, (route, answer.text)
+        got = answer.json() if route == "/rerank" else answer.json()["results"]
+        assert [r["index"] for r in got] == [r["index"] for r in expected], route
+        np.testing.assert_allclose([r.get("relevance_score", r.get("score")) for r in got],
+                                   [r["score"] for r in expected], atol=1e-4)
+        broken = httpx.post(server.url + route, timeout=60, json={
+            **model, "query": "data:image/png;base64,aGVsbG8=", field: ["a text"]})
+        if route == "/rerank":  # TEI's shape: 422, {"error": message, "error_type"}
+            assert broken.status_code == 422 and broken.json()["error"].startswith("query: "), broken.text
+        else:
+            assert broken.status_code == 400 and broken.json()["error"]["param"] == "query", (route, broken.text)
+        assert "not an image file" in broken.text
+        too_many = httpx.post(server.url + route, timeout=60, json={
+            **model, "query": data_url(photo), field: [data_url(page), data_url(page)]})
+        assert too_many.status_code == 413 and f"{field}[1]" in too_many.text, (route, too_many.text)

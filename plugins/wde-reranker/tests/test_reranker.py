@@ -126,8 +126,11 @@ def test_bad_input_names_the_item_and_field_and_the_engine_keeps_serving(bert_ce
         engine.score([("q", "d"), ("q", 3)])
     with pytest.raises(TypeError, match=r"input 0: expected a \(query, document\) pair, got str"):
         engine.score(["not a pair"])
-    with pytest.raises(TypeError, match=r"query: expected a str, got NoneType"):
+    with pytest.raises(TypeError, match=r"query: expected a str \(or an image, for a reranker that reads images\), "
+                                         r"got NoneType"):
         engine.rerank(None, ["d"])
+    with pytest.raises(TypeError, match=r"input 0: field 'query' must be a str, got dict"):  # a text model's refusal
+        engine.rerank({"image": b"not read"}, ["d"])
     with pytest.raises(TypeError, match=r"documents: expected a list of str, got str"):
         engine.rerank("q", "a single string")
     with pytest.raises(ValueError, match=r"top_n=0: expected a positive integer or None"):

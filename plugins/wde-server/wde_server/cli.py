@@ -23,8 +23,8 @@ SHARED_PARAMETERS = [
     click.option("--payload-limit", default=2_000_000, show_default=True, type=int,
                  help="Largest request body in bytes (more: 413)."),
     click.option("--image-payload-limit", default=33_554_432, show_default=True, type=int,
-                 help="Largest body in bytes of a request with images, on /v1/embeddings, /v2/embed, /v1/rerank "
-                      "and /v2/rerank when a served model reads images (more: 413)."),
+                 help="Largest body in bytes of a request with images, on /v1/embeddings, /v2/embed, /v1/rerank, "
+                      "/v2/rerank and /rerank when a served model reads images (more: 413)."),
     click.option("--max-concurrent-requests", default=512, show_default=True, type=int,
                  help="Inference requests served at once (more: 429 with Retry-After)."),
     click.option("--max-request-tokens", default=131_072, show_default=True, type=int,

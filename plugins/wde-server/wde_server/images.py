@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from wde_server.errors import ApiError
 
-IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed", "/v1/rerank", "/v2/rerank"})  # routes taking images
+IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed", "/v1/rerank", "/v2/rerank", "/rerank"})  # routes taking images
 # (--image-payload-limit)
 REMOTE = ("http://", "https://")
 DATA_URL = "data:image/"
@@ -151,6 +151,23 @@ def engine_items(items: Sequence[Any], where: Sequence[str], max_pixels: int | N
     return engine
 
 
+def rerank_items(model: Any, query: str, documents: Sequence[str], field: str,
+                 max_pixels: int | None) -> tuple[Any, list[Any]]:
+    """A rerank request's query and documents for the engine: for a model that reads images, ``data:image/...``
+    documents (and the query of a reranker that scores pairs) as their files' bytes, within ``max_pixels`` in all
+    (413 naming ``query`` or ``{field}[i]``); for any other model, as given."""
+    if not model.reads_images:
+        return query, list(documents)
+    image_query = query.startswith(DATA_URL)
+    if image_query and "multi_vector" in model.outputs:
+        raise ApiError(400, f"query: model {model.name!r} ranks pages and texts against a text query; send the "
+                            "query as text", param="query")
+    items = [{"image": query} if image_query else query, *({"image": d} if d.startswith(DATA_URL) else d
+                                                            for d in documents)]
+    read = engine_items(items, ["query", *(f"{field}[{i}]" for i in range(len(documents)))], max_pixels)
+    return read[0], read[1:]
+
+
 def image_bytes(source: str, where: str) -> str | bytes:
     """An image string's file bytes: a data URL's payload, or (Jina) bare base64; an ``http(s)`` URL as it is."""
     if source.startswith(REMOTE):
@@ -188,6 +205,16 @@ def named(exc: Exception, where: Sequence[str]) -> ApiError:
         return ApiError(status, message)
     at = where[int(match[1])]
     return ApiError(status, f"{at}: {'the ' + match[2] + ' ' if match[2] else ''}{match[3]}", param=at)
+
+
+def rerank_named(exc: Exception, where: Sequence[str]) -> ApiError:
+    """``named`` for a rerank request, whose engine inputs are (query, document) pairs: an error about a pair's
+    query (``input 0 (query): ...``, ``field 'query...'``) names ``query``, not the pair's document."""
+    message = str(exc)
+    head, _, detail = message.partition(": ")
+    if head.startswith("input ") and ("(query)" in head or detail.startswith("field 'query")):
+        return ApiError(422 if "max_model_len" in message else 400, f"query: {detail}", param="query")
+    return named(exc, where)
 
 
 def refuse_images(model: Any, inputs: Inputs) -> None:

@@ -57,16 +57,13 @@ class ServedModel:
             routes = MULTI_VECTOR_ROUTES
         return routes + COMMON_ROUTES
 
-    def rerank_call(self, query: str, documents: list, **kwargs: Any):
-        """The prepared ranking of ``documents`` for ``query``: the cross-encoder's ``rerank``, or for a late-interaction
-        model ``multi_vector_rerank`` (MaxSim); ``data:image/...`` documents read as images by a model that reads
-        them (a page for ColQwen2, a document image for Qwen3-VL-Reranker)."""
-        pages = [{"image": d} if self.reads_images and isinstance(d, str) and d.startswith("data:image/") else d
-                 for d in documents]  # (the Cohere/Jina routes pass images already read, as {"image": bytes})
+    def rerank_call(self, query: Any, documents: list, **kwargs: Any):
+        """The prepared ranking of ``documents`` for ``query`` (images already read by ``images.rerank_items``): the
+        cross-encoder's ``rerank``, or for a late-interaction model ``multi_vector_rerank`` (MaxSim)."""
         if "multi_vector" not in self.outputs:
-            return self.sync.prepare("rerank", query, pages, **kwargs)
+            return self.sync.prepare("rerank", query, documents, **kwargs)
         kwargs.pop("raw_scores", None)  # MaxSim scores have no activation to leave out
-        return self.sync.prepare("multi_vector_rerank", query, pages, **kwargs)
+        return self.sync.prepare("multi_vector_rerank", query, documents, **kwargs)
 
     def check_route(self, route: str) -> None:
         """Refuse a route this model's task does not serve, naming the ones it does (400)."""

@@ -10,7 +10,7 @@ from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, embed_call, is_small, run
 from wde_server.encoding import MULTI_VECTOR_TYPES, by_type
 from wde_server.errors import ApiError
-from wde_server.images import DATA_URL, check_payload, cohere_inputs, engine_items, named, refuse_images
+from wde_server.images import DATA_URL, check_payload, cohere_inputs, refuse_images, rerank_items, rerank_named
 from wde_server.models import ServedModel
 from wde_server.routes.common import answer, check_batch, check_dimensions, model_for
 from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
@@ -100,7 +100,7 @@ async def rerank(body: RerankRequest, request: Request, route: str):
     """Score every document with the model's cross-encoder; results best first, ``top_n`` kept."""
     model = model_for(request, body.model, route)
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    check_payload(request, model.reads_images and any(d.startswith(DATA_URL) for d in documents))
+    check_payload(request, model.reads_images and any(d.startswith(DATA_URL) for d in [body.query, *documents]))
     if documents:
         check_batch(request, documents, "documents")
     timing = Timing()
@@ -108,15 +108,13 @@ async def rerank(body: RerankRequest, request: Request, route: str):
     def prepare():
         cut = documents if body.max_tokens_per_doc is None else [
             d if d.startswith(DATA_URL) else first_tokens(model, d, body.max_tokens_per_doc) for d in documents]
-        if not model.reads_images:
-            return model.rerank_call(body.query, cut, top_n=body.top_n, truncate=True)
-        where = [f"documents[{i}]" for i in range(len(cut))]
-        try:  # image documents as their files' bytes, within --max-request-pixels; refusals name the document
-            items = engine_items([{"image": d} if d.startswith(DATA_URL) else d for d in cut], where,
-                                 request.app.state.options.max_request_pixels)
-            return model.rerank_call(body.query, items, top_n=body.top_n, truncate=True)
+        query, items = rerank_items(model, body.query, cut, "documents", request.app.state.options.max_request_pixels)
+        try:  # the engine's refusals name the document
+            return model.rerank_call(query, items, top_n=body.top_n, truncate=True)
         except (ValueError, TypeError) as exc:
-            raise named(exc, where) from None
+            if not model.reads_images:
+                raise
+            raise rerank_named(exc, [f"documents[{i}]" for i in range(len(cut))]) from None
 
     ranked = await run(model, prepare, timing, request=request)
     results = [RerankResult(index=r["index"], relevance_score=r["score"],
