@@ -1,7 +1,7 @@
 """Qwen2.5-VL as a single-vector embedder against transformers' ``Qwen2_5_VLModel``: texts, images and text + image
 inputs in one list, the last token's hidden state (normalized) within 1e-4 in fp32 (the windowed vision tower, images
 of odd sizes with partial windows), multimodal rotary positions as Qwen2.5-VL's ``get_rope_index`` makes them for
-images; a video input refused naming its field. Inputs are laid out as ``Qwen2_5_VLProcessor`` does (the test's
+images (videos: test_qwen2_vl_video.py). Inputs are laid out as ``Qwen2_5_VLProcessor`` does (the test's
 ``Processor``: the processor itself needs torchvision)."""
 
 from __future__ import annotations
@@ -66,13 +66,3 @@ def test_image_positions_follow_qwen2_5_get_rope_index(qwen2_5_vl):
         grid = tuple(int(x) for x in inputs["image_grid_thw"][0])
         got = mrope_positions(inputs["input_ids"][0].tolist(), grid, reference.config.image_token_id, 2)
         assert torch.equal(got, expected[:, 0]) and not torch.equal(got[1], got[2])
-
-
-def test_video_inputs_are_refused_naming_the_field(qwen2_5_vl):
-    directory = qwen2_5_vl[0]
-    with Engine(str(directory), device="cpu") as engine:
-        with pytest.raises(ValueError, match="input 1: field 'video': video inputs are not supported"):
-            engine.encode(["fine", {"text": "a clip", "video": [random_images(1)[0]]}])
-        with pytest.raises(ValueError, match="input 0: field 'video'"):
-            engine.encode([{"video": b"frames"}])
-        assert engine.encode(["still serving"]).shape == (1, 64)

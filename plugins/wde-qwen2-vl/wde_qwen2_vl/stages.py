@@ -75,10 +75,13 @@ class QueryPageInputProcessor:
 
 @dataclass(frozen=True)
 class PagePixels:
-    """A page's patches ``[t * h * w, C * T * P * P]`` as the image processor flattened them, and their grid."""
+    """A page's (or a video's) patches ``[t * h * w, C * T * P * P]`` as the image processor flattened them, their
+    grid, and the temporal position step from one of its ``t`` frame groups to the next (``interval``: Qwen2.5-VL's
+    time scaling of a video; 1 otherwise)."""
 
     patches: torch.Tensor
     grid: tuple[int, int, int]
+    interval: float = 1.0
 
 
 def pages_of(request: Request) -> list[PagePixels]:
@@ -180,6 +183,7 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
         super().__init__(pipeline, attention_backend)
         config = vl_config(pipeline.model.config)
         self.image_token_id, self.merge = config.image_token_id, config.vision_config.spatial_merge_size
+        self.video_token_id = getattr(config, "video_token_id", None)
         self.window_units = window_units(config.vision_config)
 
     def build(self, requests: list[Request]) -> QueryPageBatch:
@@ -197,7 +201,10 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
             if self.window_units is not None:
                 batch.vision_windows = build_windows([page.grid for page in pages], self.merge, self.window_units,
                                                      self.attention)
-            batch.image_token_index = torch.nonzero(batch.input_ids == self.image_token_id).flatten()
+            vision = batch.input_ids == self.image_token_id
+            if self.video_token_id is not None:
+                vision |= batch.input_ids == self.video_token_id
+            batch.image_token_index = torch.nonzero(vision).flatten()
         return batch
 
 

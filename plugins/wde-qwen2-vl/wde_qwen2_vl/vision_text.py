@@ -16,6 +16,8 @@ from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOpt
 from wde_qwen2_vl.framing import ChatFraming, framing_of
 from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
                                  QueryPageTokenizer, pages_of, vl_config)
+from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, is_video, time_interval,
+                                video_input)
 from wde_qwen2_vl.vl_decoder import mrope_positions
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
@@ -51,6 +53,10 @@ class VisionTextInputProcessor(QueryPageInputProcessor):
     def pair(self, index: int, item: Any, prompt: str, options: EmbedOptions) -> Request:
         """The request for a text, an image or a ``{"text", "image"}`` dict, or an error naming the input; ``text`` is
         the prompt + the text (``plain``) or the text alone, the prompt kept as the instruction (``chat``)."""
+        if is_video(item):
+            text, video = video_input(index, item)
+            text = (text or "") if self.chat else prompt + (text or "")
+            return Request(index, text, options, prompt or None, image=video)
         if isinstance(item, dict) and set(item) == {"text", "image"}:
             if not isinstance(item["text"], str):
                 raise TypeError(f"input {index}: field 'text' must be a str, got {type(item['text']).__name__}")
@@ -76,6 +82,8 @@ class VisionTextTokenizer(QueryPageTokenizer):
         self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
         self.max_len = pipeline.settings.max_model_len
         self.image_token_id = vl_config(pipeline.model.config).image_token_id
+        self.vision_config = vl_config(pipeline.model.config).vision_config
+        self.model_type = vl_config(pipeline.model.config).model_type
         self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
         self.frame = lru_cache(maxsize=64)(ChatFraming(pipeline, self.tokenizer).around) \
             if framing_of(pipeline) == "chat" else None
@@ -102,9 +110,10 @@ class VisionTextTokenizer(QueryPageTokenizer):
         for request in texts if self.frame is not None else ():
             request.token_ids = self.framed_ids(request, "", truncate)
         for request in (r for r in requests if r.image is not None):
-            pads = self.preprocess_image(request)
-            request.token_ids = (self.tokenizer(VISION.replace("<|image_pad|>", pads) + request.text,
-                                                return_attention_mask=False)["input_ids"]
+            video = isinstance(request.image, VideoFrames)
+            pads = self.preprocess_video(request) if video else self.preprocess_image(request)
+            bare = VIDEO.replace("<|video_pad|>", pads) if video else VISION.replace("<|image_pad|>", pads)
+            request.token_ids = (self.tokenizer(bare + request.text, return_attention_mask=False)["input_ids"]
                                  if self.frame is None else self.framed_ids(request, pads, False))
         self.check_lengths(requests, "image input")
 
@@ -122,6 +131,25 @@ class VisionTextTokenizer(QueryPageTokenizer):
         grid = tuple(int(x) for x in processed["image_grid_thw"][0])
         pads = "<|image_pad|>" * (grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2)
         return PagePixels(processed["pixel_values"], grid), pads
+
+    def preprocess_video(self, request: Request) -> str:
+        """Decode and preprocess a video's frames (errors name the input and frame), put their patches in frame
+        groups, the grid and the temporal step in ``request.image``, and return its placeholder tokens: one
+        ``<|video_pad|>`` per merged 2x2 block of patches of every group."""
+        video, where = request.image, f"input {request.index}: field 'video' frame"
+        if self.model_type.startswith("qwen3"):
+            raise ValueError(f"input {request.index}: field 'video': video inputs are not supported for Qwen3-VL yet "
+                             "(its frames carry timestamps); pass frames as images")
+        frames = [self.image_pixels(frame, f"{where} {k}")[0] for k, frame in enumerate(video.frames)]
+        check_frame_sizes([frame.grid for frame in frames], request.index)
+        temporal = self.image_processor.temporal_patch_size
+        patches = frame_groups([frame.patches for frame in frames], getattr(self.vision_config, "in_channels", 3),
+                               temporal)
+        _, h, w = frames[0].grid
+        groups = patches.shape[0] // (h * w)
+        request.image = PagePixels(patches, (groups, h, w), time_interval(self.vision_config, video.fps))
+        request.vision_tokens = patches.shape[0]
+        return "<|video_pad|>" * (patches.shape[0] // self.image_processor.merge_size ** 2)
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over
@@ -161,6 +189,7 @@ class VisionTextBatchBuilder(QueryPageBatchBuilder):
         """Pack ``requests``; add the images' patches and the packed ``[3, T]`` multimodal positions."""
         batch = super().build(requests)
         batch.mrope_positions = torch.cat([
-            mrope_positions(r.token_ids, [page.grid for page in pages_of(r)], self.image_token_id, self.merge)
+            mrope_positions(r.token_ids, [page.grid for page in pages_of(r)], self.image_token_id, self.merge,
+                            self.video_token_id, [page.interval for page in pages_of(r)])
             for r in requests], dim=1)
         return batch

@@ -55,23 +55,29 @@ def _is_count(value) -> bool:
     return isinstance(value, numbers.Integral) or (isinstance(value, torch.Tensor) and value.dim() == 0)
 
 
-def mrope_positions(token_ids: list[int], grids, image_token_id: int, merge: int) -> torch.Tensor:
-    """``[3, n]`` positions of one sequence as transformers' ``get_rope_index`` makes them: text tokens count on in
-    all three; an image's merged patches take (start, start + row, start + column), and the text after it starts
-    at start + max(rows, columns). ``grids``: the sequence's images' grids in order (one grid, or ``None``)."""
+def mrope_positions(token_ids: list[int], grids, image_token_id: int, merge: int, video_token_id: int | None = None,
+                    intervals: list[float] | None = None) -> torch.Tensor:
+    """``[3, n]`` positions of one sequence as Qwen-VL's ``get_rope_index`` makes them: text tokens count on in all
+    three; an image's (or video's) merged patches take (start + time, start + row, start + column), and the text
+    after it starts one past the largest of them. ``grids``: the sequence's images' and videos' grids in the order of
+    their placeholder tokens (one grid, or ``None``); ``intervals``: each one's temporal step (time = frame group
+    ``k`` x step, truncated; Qwen2.5-VL's videos: ``tokens_per_second`` x seconds a group; else 1)."""
     queue = [] if grids is None or len(grids) == 0 else [grids] if _is_count(grids[0]) else list(grids)
     queue = [tuple(int(size) for size in grid) for grid in queue]
+    steps = list(intervals) if intervals is not None else [1.0] * len(queue)
+    vision = {image_token_id} | ({video_token_id} if video_token_id is not None else set())
     out, current, i = [], 0, 0
     while i < len(token_ids):
-        if token_ids[i] == image_token_id and queue:
-            grid = queue.pop(0)
-            t, h, w = grid[0], grid[1] // merge, grid[2] // merge
-            tt, hh, ww = torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij")
+        if token_ids[i] in vision and queue:
+            (t, h, w), step = queue.pop(0), steps.pop(0)
+            h, w = h // merge, w // merge
+            tt, hh, ww = torch.meshgrid((torch.arange(t) * step).long(), torch.arange(h), torch.arange(w),
+                                        indexing="ij")
             out.append(torch.stack((tt, hh, ww)).reshape(3, -1) + current)
-            i, current = i + t * h * w, current + max(h, w)
+            i, current = i + t * h * w, current + max(int(tt.max()) + 1, h, w)
         else:
             j = i
-            while j < len(token_ids) and not (token_ids[j] == image_token_id and queue):
+            while j < len(token_ids) and not (token_ids[j] in vision and queue):
                 j += 1
             out.append(torch.arange(current, current + j - i).expand(3, -1))
             i, current = j, current + j - i

@@ -1,0 +1,88 @@
+"""Videos for the single-vector vision-language embedders: a video is given as its sampled frames (images, in order)
+and their rate; each frame is preprocessed as the directory's image processor preprocesses an image, and every two
+frames become one group of temporal patches (``temporal_patch_size`` 2, the last frame repeated for an odd count), as
+transformers' ``Qwen2VLVideoProcessor`` lays out ``pixel_values_videos``. Decoding a video file is left to the caller
+(PyAV, decord, torchcodec, OpenCV): wde takes the frames."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from wde_core.plugin_api import ImageInput, as_image_input
+
+DEFAULT_FPS = 2.0  # the rate qwen-vl-utils gives a list of frames that comes without one
+VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"  # a video's placeholder, before the text (plain framing)
+FIELDS = {"video", "fps", "text"}
+
+
+@dataclass(frozen=True)
+class VideoFrames:
+    """A video as its frames (image inputs, in order) and their rate in frames per second."""
+
+    frames: tuple[ImageInput, ...]
+    fps: float
+
+
+def video_input(index: int, item: dict) -> tuple[str | None, VideoFrames]:
+    """``(text or None, frames)`` of a ``{"video": [frames], "fps": rate, "text": str}`` input (``fps`` and ``text``
+    optional), or an error naming the input and field."""
+    unknown = sorted(set(item) - FIELDS)
+    if unknown:
+        raise ValueError(f"input {index}: field {unknown[0]!r}: a video input takes 'video' (its frames), 'fps' and "
+                         "'text'")
+    frames = item["video"]
+    if isinstance(frames, (str, bytes, dict)) or not isinstance(frames, (list, tuple)):
+        raise TypeError(f"input {index}: field 'video': expected a list of frames (images: PIL images, paths, bytes "
+                        f"or data URLs), got {type(frames).__name__}; decode a video file into frames first")
+    if len(frames) == 0:
+        raise ValueError(f"input {index}: field 'video': no frames")
+    images = []
+    for k, frame in enumerate(frames):
+        image = as_image_input(frame) or (ImageInput(frame) if isinstance(frame, str) and frame.startswith("data:")
+                                          else None)
+        if image is None:
+            raise TypeError(f"input {index}: field 'video': frame {k} is a {type(frame).__name__}, not an image")
+        images.append(image)
+    fps = item.get("fps", DEFAULT_FPS)
+    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not fps > 0:
+        raise ValueError(f"input {index}: field 'fps': expected a positive number of frames per second, got {fps!r}")
+    text = item.get("text")
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"input {index}: field 'text' must be a str, got {type(text).__name__}")
+    return text, VideoFrames(tuple(images), float(fps))
+
+
+def frame_groups(frames: list[torch.Tensor], channels: int, temporal: int) -> torch.Tensor:
+    """The video's patches ``[groups * h * w, C * temporal * P * P]`` from each frame's patches as the image
+    processor flattens an image (``[h * w, C * temporal * P * P]``, its one frame repeated ``temporal`` times):
+    frames ``temporal * g`` .. ``temporal * g + temporal - 1`` side by side in group ``g``, the last frame repeated to
+    fill the last group."""
+    frames = frames + [frames[-1]] * (-len(frames) % temporal)
+    rows = frames[0].shape[0]
+    alone = [f.view(rows, channels, temporal, -1)[:, :, 0] for f in frames]  # [h * w, C, P * P]: one copy
+    groups = [torch.stack(alone[g:g + temporal], dim=2).reshape(rows, -1) for g in range(0, len(alone), temporal)]
+    return torch.cat(groups)
+
+
+def check_frame_sizes(grids: list[tuple[int, int, int]], index: int) -> None:
+    """Every frame of a video must come out of preprocessing at one size; else an error naming the frames."""
+    for k, grid in enumerate(grids):
+        if grid != grids[0]:
+            raise ValueError(f"input {index}: field 'video': frame {k} preprocesses to {grid[1]} x {grid[2]} patches, "
+                             f"frame 0 to {grids[0][1]} x {grids[0][2]}; give frames of one size")
+
+
+def time_interval(vision_config, fps: float) -> float:
+    """The temporal position step between a video's frame groups: Qwen2.5-VL's ``tokens_per_second`` x the seconds a
+    group spans (``temporal_patch_size / fps``); 1 for Qwen2-VL, whose config has no ``tokens_per_second``."""
+    per_second = getattr(vision_config, "tokens_per_second", None)
+    return 1.0 if per_second is None else per_second * vision_config.temporal_patch_size / fps
+
+
+def is_video(item: Any) -> bool:
+    """Whether an input item is a video dict."""
+    return isinstance(item, dict) and "video" in item
