@@ -695,6 +695,35 @@ def save_random_clip(directory: Path, family: str = "clip", *, seed: int = 0, ha
     return directory
 
 
+def clip_frames(count: int, seed: int, size=(84, 56)) -> list:
+    """``count`` random RGB frames of ``size`` (multiples of the patch and merge within the saved processor's pixel
+    range: the processor keeps their size, so the reference needs no resize)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB") for _ in range(count)]
+
+
+def video_pixels(frames: list, images, patch: int = 14):
+    """``pixel_values_videos`` and the grid of one video, as ``Qwen2VLVideoProcessor._preprocess`` (and Qwen3-VL's,
+    ``patch`` 16) lays them out: frames rescaled and normalized, the last repeated to an even count, then viewed as
+    ``(1, t, 2, C, h/2, 2, P, w/2, 2, P)`` and permuted ``(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)``."""
+    import numpy as np
+    import torch
+
+    mean, std = np.array(images.image_mean, dtype=np.float32), np.array(images.image_std, dtype=np.float32)
+    pixels = np.stack([(np.asarray(f, dtype=np.float32) * np.float32(images.rescale_factor) - mean) / std
+                       for f in frames])
+    video = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [T, C, H, W]
+    if video.shape[0] % 2:
+        video = torch.cat([video, video[-1:]])
+    frames_, channels, height, width = video.shape
+    t, h, w = frames_ // 2, height // patch, width // patch
+    patches = video.view(1, t, 2, channels, h // 2, 2, patch, w // 2, 2, patch).permute(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)
+    return patches.reshape(t * h * w, channels * 2 * patch * patch), (t, h, w)
+
+
 def random_images(n: int, *, seed: int = 0) -> list:
     """``n`` PIL images of odd sizes and every mode wde converts (RGB, L, RGBA, P, tall, wide, tiny)."""
     import numpy as np

@@ -1,7 +1,8 @@
 """Videos (as their frames) on the Qwen2-VL and Qwen2.5-VL single-vector embedders, against transformers'
 ``Qwen2VLModel`` / ``Qwen2_5_VLModel`` given ``pixel_values_videos``: the last token's state within 1e-4 in fp32, with
 texts and images in the same call. The reference pixels are laid out as ``Qwen2VLVideoProcessor._preprocess`` does
-(transcribed below: that processor needs torchvision, which this torch cannot take), from frames at a size it keeps;
+(transcribed in the root conftest's ``video_pixels``: that processor needs torchvision, which this torch cannot
+take), from frames at a size it keeps;
 Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it."""
 
 from __future__ import annotations
@@ -9,36 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from conftest import CPU_BACKENDS, random_images, save_random_qwen2_5_vl, save_random_qwen2_vl
+from conftest import CPU_BACKENDS, clip_frames, random_images, save_random_qwen2_5_vl, save_random_qwen2_vl, video_pixels
 from test_qwen2_vl_embedder import Processor, reference_vector
 from wde_core import Engine
 
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"
-
-
-def clip_frames(count: int, seed: int, size=(84, 56)) -> list:
-    """``count`` random RGB frames of ``size`` (multiples of 28 px within the saved processor's pixel range: the
-    processor keeps their size, so the reference needs no resize)."""
-    rng = np.random.default_rng(seed)
-    return [Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), "RGB") for _ in range(count)]
-
-
-def video_pixels(frames: list, images) -> tuple[torch.Tensor, tuple[int, int, int]]:
-    """``pixel_values_videos`` and the grid of one video, as ``Qwen2VLVideoProcessor._preprocess`` lays them out:
-    frames rescaled and normalized, the last repeated to an even count, then viewed as ``(1, t, 2, C, h/2, 2, 14,
-    w/2, 2, 14)`` and permuted ``(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)``."""
-    mean, std = np.array(images.image_mean, dtype=np.float32), np.array(images.image_std, dtype=np.float32)
-    pixels = np.stack([(np.asarray(f, dtype=np.float32) * np.float32(images.rescale_factor) - mean) / std
-                       for f in frames])
-    video = torch.from_numpy(pixels).permute(0, 3, 1, 2)  # [T, C, H, W]
-    if video.shape[0] % 2:
-        video = torch.cat([video, video[-1:]])
-    frames_, channels, height, width = video.shape
-    t, h, w = frames_ // 2, height // 14, width // 14
-    patches = video.view(1, t, 2, channels, h // 2, 2, 14, w // 2, 2, 14).permute(0, 1, 4, 7, 5, 8, 3, 2, 6, 9)
-    return patches.reshape(t * h * w, channels * 2 * 14 * 14), (t, h, w)
 
 
 def reference_video_vector(reference, processor, frames, text: str, **extra) -> np.ndarray:

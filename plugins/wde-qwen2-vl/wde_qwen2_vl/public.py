@@ -19,6 +19,7 @@ import numpy as np
 
 from wde_qwen2_vl.framing import find_chat_template, refuse_placeholders
 from wde_qwen2_vl.stages import PagePixels, QueryPageBatch, QueryPageTokenizer, pages_of
+from wde_qwen2_vl.video import VideoFrames, group_times
 from wde_qwen2_vl.vision_text import VISION, VisionTextBatchBuilder, VisionTextTokenizer
 from wde_qwen2_vl.vision import PatchMerger, VisionBlock, VisionTower, patch_positions
 from wde_qwen2_vl.vl_decoder import map_vl_name, mrope_positions, vision_tower
@@ -39,4 +40,4 @@ def maxsim(queries: Sequence[np.ndarray], documents: Sequence[np.ndarray]) -> np
 __all__ = ["maxsim", "mrope_positions", "VisionTower", "WindowVisionTower", "vision_tower", "build_windows",
            "patch_positions", "QueryPageTokenizer", "VisionBlock", "PatchMerger", "VisionTextBatchBuilder",
            "QueryPageBatch", "PagePixels", "map_vl_name", "find_chat_template", "VisionTextTokenizer", "VISION", "pages_of",
-           "refuse_placeholders"]
+           "refuse_placeholders", "VideoFrames", "group_times"]

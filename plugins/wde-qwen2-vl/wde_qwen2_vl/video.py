@@ -1,8 +1,9 @@
 """Videos for the single-vector vision-language embedders: a video is given as its sampled frames (images, in order)
 and their rate; each frame is preprocessed as the directory's image processor preprocesses an image, and every two
 frames become one group of temporal patches (``temporal_patch_size`` 2, the last frame repeated for an odd count), as
-transformers' ``Qwen2VLVideoProcessor`` lays out ``pixel_values_videos``. Decoding a video file is left to the caller
-(PyAV, decord, torchcodec, OpenCV): wde takes the frames."""
+transformers' ``Qwen2VLVideoProcessor`` lays out ``pixel_values_videos`` (Qwen3-VL: each group after its timestamp,
+``group_times``). Decoding a video file is left to the caller (PyAV, decord, torchcodec, OpenCV): wde takes the
+frames."""
 
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ def time_interval(vision_config, fps: float) -> float:
     group spans (``temporal_patch_size / fps``); 1 for Qwen2-VL, whose config has no ``tokens_per_second``."""
     per_second = getattr(vision_config, "tokens_per_second", None)
     return 1.0 if per_second is None else per_second * vision_config.temporal_patch_size / fps
+
+
+def group_times(frames: int, fps: float, temporal: int) -> list[float]:
+    """Qwen3-VL's timestamp of each group of frames, in seconds: the mean of its first and last frame's time (frame
+    ``i`` at ``i / fps``; the last frame repeated to fill the last group), as ``Qwen3VLProcessor`` computes them."""
+    times = [i / fps for i in range(frames)] + [(frames - 1) / fps] * (-frames % temporal)
+    return [(times[g] + times[g + temporal - 1]) / 2 for g in range(0, len(times), temporal)]
 
 
 def is_video(item: Any) -> bool:

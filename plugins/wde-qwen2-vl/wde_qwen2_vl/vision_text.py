@@ -16,8 +16,8 @@ from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOpt
 from wde_qwen2_vl.framing import ChatFraming, framing_of
 from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
                                  QueryPageTokenizer, pages_of, vl_config)
-from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, is_video, time_interval,
-                                video_input)
+from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, group_times, is_video,
+                                time_interval, video_input)
 from wde_qwen2_vl.vl_decoder import mrope_positions
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
@@ -133,23 +133,24 @@ class VisionTextTokenizer(QueryPageTokenizer):
         return PagePixels(processed["pixel_values"], grid), pads
 
     def preprocess_video(self, request: Request) -> str:
-        """Decode and preprocess a video's frames (errors name the input and frame), put their patches in frame
-        groups, the grid and the temporal step in ``request.image``, and return its placeholder tokens: one
-        ``<|video_pad|>`` per merged 2x2 block of patches of every group."""
+        """Decode and preprocess a video's frames (errors name the input and frame), put their patches in groups of
+        frames in ``request.image``, and return its placeholder tokens: one ``<|video_pad|>`` per merged 2x2 block of
+        patches of every group (Qwen3-VL: each group its own ``<t seconds><|vision_start|>...<|vision_end|>``)."""
         video, where = request.image, f"input {request.index}: field 'video' frame"
-        if self.model_type.startswith("qwen3"):
-            raise ValueError(f"input {request.index}: field 'video': video inputs are not supported for Qwen3-VL yet "
-                             "(its frames carry timestamps); pass frames as images")
         frames = [self.image_pixels(frame, f"{where} {k}")[0] for k, frame in enumerate(video.frames)]
         check_frame_sizes([frame.grid for frame in frames], request.index)
         temporal = self.image_processor.temporal_patch_size
         patches = frame_groups([frame.patches for frame in frames], getattr(self.vision_config, "in_channels", 3),
                                temporal)
         _, h, w = frames[0].grid
-        groups = patches.shape[0] // (h * w)
-        request.image = PagePixels(patches, (groups, h, w), time_interval(self.vision_config, video.fps))
+        groups, blocks = patches.shape[0] // (h * w), h * w // self.image_processor.merge_size ** 2
         request.vision_tokens = patches.shape[0]
-        return "<|video_pad|>" * (patches.shape[0] // self.image_processor.merge_size ** 2)
+        if not self.model_type.startswith("qwen3"):
+            request.image = PagePixels(patches, (groups, h, w), time_interval(self.vision_config, video.fps))
+            return "<|video_pad|>" * (groups * blocks)
+        request.image = tuple(PagePixels(group, (1, h, w)) for group in patches.split(h * w))
+        return "".join(f"<{seconds:.1f} seconds><|vision_start|>{'<|video_pad|>' * blocks}<|vision_end|>"
+                       for seconds in group_times(len(frames), video.fps, temporal))
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over
