@@ -41,7 +41,7 @@ class TaskMethods:
         activation of its logit (``raw_scores=True``: the logits). ``truncate=True`` cuts documents, never queries."""
         return self.call("score", pairs, raw_scores=raw_scores, truncate=truncate, show_progress=show_progress)
 
-    def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None, return_documents: bool = False,
+    def rerank(self, query: Any, documents: Sequence[Any], *, top_n: int | None = None, return_documents: bool = False,
                raw_scores: bool = False, truncate: bool | None = None, show_progress: bool = False) -> Any:
         """Score ``documents`` against ``query`` (the ``rerank`` task): ``[{"index", "score"[, "document"]}]``, best
         first (ties in input order), the best ``top_n`` only if given. A reranker that reads images takes an image

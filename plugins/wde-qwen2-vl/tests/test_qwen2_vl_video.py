@@ -3,7 +3,10 @@
 texts and images in the same call. The reference pixels are laid out as ``Qwen2VLVideoProcessor._preprocess`` does
 (transcribed in the root conftest's ``video_pixels``: that processor needs torchvision, which this torch cannot
 take), from frames at a size it keeps;
-Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it."""
+Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it. The videos
+compared are no longer in time than in rows or columns: past that, the text after a video starts one past its largest
+position in wde (Qwen's own ``get_rope_index`` and vLLM) and at start + max(rows, columns) in transformers 5.24, and
+``test_temporal_positions_and_the_text_after_a_video`` pins wde's rule by hand."""
 
 from __future__ import annotations
 
@@ -103,7 +106,7 @@ def test_temporal_positions_and_the_text_after_a_video():
 def test_bad_videos_are_refused_naming_the_input_and_the_engine_keeps_serving(qwen2_vl):
     directory = qwen2_vl[0]
     frames = clip_frames(2, seed=6)
-    with Engine(str(directory), device="cpu") as engine:
+    with Engine(str(directory), device="cpu", max_model_len=64) as engine:
         for item, error, message in [
                 ({"video": b"an mp4 file"}, TypeError, r"input 1: field 'video': expected a list of frames"),
                 ({"video": []}, ValueError, r"input 1: field 'video': no frames"),
@@ -116,4 +119,7 @@ def test_bad_videos_are_refused_naming_the_input_and_the_engine_keeps_serving(qw
                  r"input 1: field 'video' frame 1: field 'image' is not an image file")]:
             with pytest.raises(error, match=message):
                 engine.encode(["fine", item])
+        with pytest.raises(ValueError, match=r"input 0: the video input has \d+ tokens, more than max_model_len=64; "
+                                             r"raise max_model_len or pass fewer or smaller frames"):
+            engine.encode([{"video": clip_frames(24, seed=8)}])  # 12 groups of 6 merged blocks, and 2 more tokens
         assert engine.encode(["still serving", {"video": frames}]).shape == (2, 64)

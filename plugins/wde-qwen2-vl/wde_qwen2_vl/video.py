@@ -7,8 +7,11 @@ frames."""
 
 from __future__ import annotations
 
+import json
+import math
 import numbers
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,13 +46,13 @@ def video_input(index: int, item: dict) -> tuple[str | None, VideoFrames]:
         raise ValueError(f"input {index}: field 'video': no frames")
     images = []
     for k, frame in enumerate(frames):
-        image = as_image_input(frame) or (ImageInput(frame) if isinstance(frame, str) and frame.startswith("data:")
+        image = as_image_input(frame) or (ImageInput(frame) if isinstance(frame, str) and frame.startswith("data:image/")
                                           else None)
         if image is None:
             raise TypeError(f"input {index}: field 'video': frame {k} is a {type(frame).__name__}, not an image")
         images.append(image)
     fps = item.get("fps", DEFAULT_FPS)
-    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not fps > 0:
+    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not 0 < fps < math.inf:
         raise ValueError(f"input {index}: field 'fps': expected a positive number of frames per second, got {fps!r}")
     text = item.get("text")
     if text is not None and not isinstance(text, str):
@@ -89,6 +92,45 @@ def group_times(frames: int, fps: float, temporal: int) -> list[float]:
     ``i`` at ``i / fps``; the last frame repeated to fill the last group), as ``Qwen3VLProcessor`` computes them."""
     times = [i / fps for i in range(frames)] + [(frames - 1) / fps] * (-frames % temporal)
     return [(times[g] + times[g + temporal - 1]) / 2 for g in range(0, len(times), temporal)]
+
+
+@dataclass(frozen=True)
+class VideoSizing:
+    """A directory's ``video_preprocessor_config.json`` pixel range: per frame (``Qwen2VLVideoProcessor``) or over
+    all of a video's frames (``Qwen3VLVideoProcessor``), and the resampling filter."""
+
+    min_pixels: int
+    max_pixels: int
+    whole_video: bool
+    resample: int
+
+
+def video_sizing(directory: Path) -> VideoSizing | None:
+    """The video processor's own size range, if the directory has a ``video_preprocessor_config.json`` (without one,
+    transformers' video processor takes the image processor's: frames are then resized as images)."""
+    path = Path(directory) / "video_preprocessor_config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text(encoding="utf-8"))
+    size = config.get("size") or {}
+    low, high = size.get("shortest_edge", config.get("min_pixels")), size.get("longest_edge", config.get("max_pixels"))
+    if low is None or high is None:
+        return None
+    return VideoSizing(int(low), int(high), "Qwen3VL" in str(config.get("video_processor_type", "")),
+                       int(config.get("resample", 3)))
+
+
+def frame_size(sizing: VideoSizing, frames: int, height: int, width: int, factor: int, temporal: int) -> tuple[int, int]:
+    """``(height, width)`` every frame is resized to, by transformers' own ``smart_resize`` of the video processor:
+    Qwen3-VL's over the video's frames (at least ``temporal`` of them), Qwen2-VL's per frame."""
+    if sizing.whole_video:
+        from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize
+
+        return smart_resize(max(frames, temporal), height, width, temporal_factor=temporal, factor=factor,
+                            min_pixels=sizing.min_pixels, max_pixels=sizing.max_pixels)
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    return smart_resize(height, width, factor=factor, min_pixels=sizing.min_pixels, max_pixels=sizing.max_pixels)
 
 
 def is_video(item: Any) -> bool:

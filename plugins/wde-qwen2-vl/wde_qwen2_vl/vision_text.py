@@ -16,8 +16,8 @@ from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOpt
 from wde_qwen2_vl.framing import ChatFraming, framing_of
 from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
                                  QueryPageTokenizer, pages_of, vl_config)
-from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, group_times, is_video,
-                                time_interval, video_input)
+from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, frame_size, group_times,
+                                is_video, time_interval, video_input, video_sizing)
 from wde_qwen2_vl.vl_decoder import mrope_positions
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
@@ -84,6 +84,10 @@ class VisionTextTokenizer(QueryPageTokenizer):
         self.image_token_id = vl_config(pipeline.model.config).image_token_id
         self.vision_config = vl_config(pipeline.model.config).vision_config
         self.model_type = vl_config(pipeline.model.config).model_type
+        self.video_sizing = video_sizing(pipeline.model.path)
+        video_token = getattr(vl_config(pipeline.model.config), "video_token_id", None)
+        self.video_token_id = video_token if video_token == self.tokenizer.convert_tokens_to_ids("<|video_pad|>") \
+            else None
         self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
         self.frame = lru_cache(maxsize=64)(ChatFraming(pipeline, self.tokenizer).around) \
             if framing_of(pipeline) == "chat" else None
@@ -115,6 +119,9 @@ class VisionTextTokenizer(QueryPageTokenizer):
             bare = VIDEO.replace("<|video_pad|>", pads) if video else VISION.replace("<|image_pad|>", pads)
             request.token_ids = (self.tokenizer(bare + request.text, return_attention_mask=False)["input_ids"]
                                  if self.frame is None else self.framed_ids(request, pads, False))
+            if video and request.num_tokens > self.max_len:
+                raise ValueError(f"input {request.index}: the video input has {request.num_tokens} tokens, more than "
+                                 f"max_model_len={self.max_len}; raise max_model_len or pass fewer or smaller frames")
         self.check_lengths(requests, "image input")
 
     def preprocess_image(self, request: Request) -> str:
@@ -137,7 +144,11 @@ class VisionTextTokenizer(QueryPageTokenizer):
         frames in ``request.image``, and return its placeholder tokens: one ``<|video_pad|>`` per merged 2x2 block of
         patches of every group (Qwen3-VL: each group its own ``<t seconds><|vision_start|>...<|vision_end|>``)."""
         video, where = request.image, f"input {request.index}: field 'video' frame"
-        frames = [self.image_pixels(frame, f"{where} {k}")[0] for k, frame in enumerate(video.frames)]
+        if self.video_token_id is None:
+            raise ValueError(f"input {request.index}: field 'video': this model's config names no video token "
+                             "(video_token_id matching <|video_pad|>); it cannot read videos")
+        pictures = [load_image(frame, f"{where} {k}") for k, frame in enumerate(video.frames)]
+        frames = [self.frame_pixels(picture, len(pictures)) for picture in pictures]
         check_frame_sizes([frame.grid for frame in frames], request.index)
         temporal = self.image_processor.temporal_patch_size
         patches = frame_groups([frame.patches for frame in frames], getattr(self.vision_config, "in_channels", 3),
@@ -151,6 +162,21 @@ class VisionTextTokenizer(QueryPageTokenizer):
         request.image = tuple(PagePixels(group, (1, h, w)) for group in patches.split(h * w))
         return "".join(f"<{seconds:.1f} seconds><|vision_start|>{'<|video_pad|>' * blocks}<|vision_end|>"
                        for seconds in group_times(len(frames), video.fps, temporal))
+
+    def frame_pixels(self, picture, frames: int) -> PagePixels:
+        """One decoded frame preprocessed as an image; first resized to the size the directory's video processor
+        gives a video of ``frames`` such frames (``video_preprocessor_config.json``), if it has one."""
+        if self.video_sizing is None:
+            processed = self.image_processor(images=[picture], return_tensors="pt")
+        else:
+            picture = picture.convert("RGB")
+            factor = self.image_processor.patch_size * self.image_processor.merge_size
+            height, width = frame_size(self.video_sizing, frames, picture.height, picture.width, factor,
+                                       self.image_processor.temporal_patch_size)
+            picture = picture.resize((width, height), resample=self.video_sizing.resample)
+            processed = self.image_processor(images=[picture], return_tensors="pt",  # kept at its size
+                                             size={"shortest_edge": 1, "longest_edge": height * width})
+        return PagePixels(processed["pixel_values"], tuple(int(x) for x in processed["image_grid_thw"][0]))
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over

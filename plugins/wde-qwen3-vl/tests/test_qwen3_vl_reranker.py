@@ -161,15 +161,15 @@ def test_wde_serve_ranks_image_documents_as_rerank_does(reranker, tmp_path):
 
 def image_query_on_every_rerank_route(server, directory, page, photo) -> None:
     """An image as the query (a ``data:image`` URL) on ``/v1/rerank``, ``/v2/rerank`` and TEI's ``/rerank``,
-    ranked as ``Engine.rerank`` ranks the image; a query image that does not decode, or over the pixel limit, is
-    named ``query``."""
+    ranked as ``Engine.rerank`` ranks the image; a query image that does not decode is named ``query``, and so is
+    one that, read with every document, passes the pixel limit (the server's: the page's and the photo's pixels)."""
     import httpx
     from test_qwen3_vl_serving import data_url
 
-    documents = ["a dog in the snow", data_url(page)]
+    documents = ["a dog in the snow", "a table of monthly rainfall"]  # the photo twice: within the limit
     with Engine(str(directory), task="rerank", device="cpu") as engine:
-        expected = engine.rerank(photo.convert("RGB"), ["a dog in the snow", page.convert("RGB")])
-        pairs = engine.score([(photo.convert("RGB"), "a dog in the snow"), (photo.convert("RGB"), page.convert("RGB"))])
+        expected = engine.rerank(photo.convert("RGB"), documents)
+        pairs = engine.score([(photo.convert("RGB"), d) for d in documents])
     np.testing.assert_allclose([r["score"] for r in sorted(expected, key=lambda r: r["index"])], pairs, atol=1e-6)
     for route, field in (("/v1/rerank", "documents"), ("/v2/rerank", "documents"), ("/rerank", "texts")):
         model = {} if route == "/rerank" else {"model": "vl-rerank"}  # TEI's body has no model (the one served)
@@ -189,3 +189,6 @@ def image_query_on_every_rerank_route(server, directory, page, photo) -> None:
         too_many = httpx.post(server.url + route, timeout=60, json={
             **model, "query": data_url(photo), field: [data_url(page), data_url(page)]})
         assert too_many.status_code == 413 and f"{field}[1]" in too_many.text, (route, too_many.text)
+        thrice = httpx.post(server.url + route, timeout=60, json={**model, "query": data_url(photo), field: ["a"] * 3})
+        assert thrice.status_code == 413 and "query: the query image is read with each of the 3" in thrice.text, \
+            (route, thrice.text)

@@ -92,3 +92,28 @@ def test_a_video_inside_the_chat_turn(qwen3_vl, tmp_path):
     with Engine(str(chat), device="cpu") as engine:
         got = engine.encode([{"text": "a red ball", "video": frames}], prompt="Find the clip.")[0]
     assert np.abs(got - expected).max() <= 1e-4
+
+
+def test_frames_take_the_video_processors_pixel_budget(qwen3_vl, tmp_path):
+    """With a ``video_preprocessor_config.json`` (Qwen3-VL's: one budget over all of a video's frames), every frame is
+    first resized to what its ``smart_resize`` gives the video: 4 frames of 96 x 64 over a 16,384-pixel budget are
+    64 x 32 each (beta = sqrt(4 * 64 * 96 / 16,384); 64 / beta and 96 / beta floored to multiples of 32)."""
+    import shutil
+
+    from PIL import Image
+
+    directory, reference, processor = qwen3_vl
+    budget = tmp_path / "qwen3-vl-video-budget"
+    shutil.copytree(directory, budget)
+    (budget / "video_preprocessor_config.json").write_text(json.dumps({
+        "video_processor_type": "Qwen3VLVideoProcessor", "size": {"shortest_edge": 4096, "longest_edge": 16384},
+        "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "resample": 3}))
+    frames = clip_frames(4, seed=9, size=SIZE)
+    resized = [f.resize((64, 32), resample=Image.Resampling.BICUBIC) for f in frames]
+    expected = reference_video_vector(reference, processor, resized, "a clip", 2.0)
+    with Engine(str(budget), device="cpu") as engine:
+        got = engine.encode([{"text": "a clip", "video": frames}])[0]
+    with Engine(str(directory), device="cpu") as engine:
+        whole = engine.encode([{"text": "a clip", "video": frames}])[0]
+    assert np.abs(got - expected).max() <= 1e-4
+    assert np.abs(whole - got).max() > 1e-3  # without the video config the frames keep their 96 x 64

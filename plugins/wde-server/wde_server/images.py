@@ -165,7 +165,27 @@ def rerank_items(model: Any, query: str, documents: Sequence[str], field: str,
     items = [{"image": query} if image_query else query, *({"image": d} if d.startswith(DATA_URL) else d
                                                             for d in documents)]
     read = engine_items(items, ["query", *(f"{field}[{i}]" for i in range(len(documents)))], max_pixels)
+    if image_query and max_pixels is not None and len(documents) > 1:  # the query is read with every document
+        total = sum(pixels(item["image"]) for item in read if isinstance(item, dict))
+        total += pixels(read[0]["image"]) * (len(documents) - 1)
+        if total > max_pixels:
+            raise ApiError(413, f"query: the query image is read with each of the {len(documents)} {field}: "
+                                f"{total:,} pixels in all, more than the limit of {max_pixels:,} a request "
+                                "(--max-request-pixels); send fewer of them", param="query")
     return read[0], read[1:]
+
+
+def rerank_prepared(model: Any, query: str, documents: Sequence[str], field: str, max_pixels: int | None,
+                    **kwargs: Any):
+    """The model's prepared ranking of ``documents`` for ``query`` (images read by :func:`rerank_items`); for a
+    model that reads images, the engine's refusals name ``query`` or ``{field}[i]``."""
+    query_item, items = rerank_items(model, query, documents, field, max_pixels)
+    try:
+        return model.rerank_call(query_item, items, **kwargs)
+    except (ValueError, TypeError) as exc:
+        if not model.reads_images:
+            raise
+        raise rerank_named(exc, [f"{field}[{i}]" for i in range(len(items))]) from None
 
 
 def image_bytes(source: str, where: str) -> str | bytes:

@@ -10,7 +10,7 @@ from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, embed_call, is_small, run
 from wde_server.encoding import MULTI_VECTOR_TYPES, by_type
 from wde_server.errors import ApiError
-from wde_server.images import DATA_URL, check_payload, cohere_inputs, refuse_images, rerank_items, rerank_named
+from wde_server.images import DATA_URL, check_payload, cohere_inputs, refuse_images, rerank_prepared
 from wde_server.models import ServedModel
 from wde_server.routes.common import answer, check_batch, check_dimensions, model_for
 from wde_server.schemas.cohere import (BilledUnits, CohereEmbedRequest, CohereEmbedResponse, Meta, RerankRequest,
@@ -108,13 +108,8 @@ async def rerank(body: RerankRequest, request: Request, route: str):
     def prepare():
         cut = documents if body.max_tokens_per_doc is None else [
             d if d.startswith(DATA_URL) else first_tokens(model, d, body.max_tokens_per_doc) for d in documents]
-        query, items = rerank_items(model, body.query, cut, "documents", request.app.state.options.max_request_pixels)
-        try:  # the engine's refusals name the document
-            return model.rerank_call(query, items, top_n=body.top_n, truncate=True)
-        except (ValueError, TypeError) as exc:
-            if not model.reads_images:
-                raise
-            raise rerank_named(exc, [f"documents[{i}]" for i in range(len(cut))]) from None
+        return rerank_prepared(model, body.query, cut, "documents", request.app.state.options.max_request_pixels,
+                               top_n=body.top_n, truncate=True)
 
     ranked = await run(model, prepare, timing, request=request)
     results = [RerankResult(index=r["index"], relevance_score=r["score"],

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from wde_core.plugin_api import EmbedOptions
 from wde_server.calls import Timing, classify_call, embed_call, is_small, limits_for, run, token_embed_call
 from wde_server.errors import ApiError
-from wde_server.images import DATA_URL, check_payload, rerank_items, rerank_named
+from wde_server.images import DATA_URL, check_payload, rerank_prepared
 from wde_server.routes.common import (answer, as_list, check_batch, model_for, prompt_for, stream_arrays,
                                       truncation)
 from wde_server.schemas.tei import (SparseValue, TeiDecodeRequest, TeiEmbedAllRequest, TeiEmbedRequest, TeiInfo,
@@ -78,22 +78,14 @@ async def embed_all(body: TeiEmbedAllRequest, request: Request, model: str | Non
 async def rerank(body: TeiRerankRequest, request: Request, model: str | None = None):
     """Score ``texts`` against ``query``: ``[{index, score[, text]}]``, best first."""
     served = model_for(request, model, "/rerank")
+    check_payload(request, served.reads_images and any(t.startswith(DATA_URL) for t in [body.query, *body.texts]))
     check_batch(request, body.texts, "texts", 422)
     truncate = request.app.state.options.auto_truncate if body.truncate is None else body.truncate
     timing = Timing()
-    check_payload(request, served.reads_images and any(t.startswith(DATA_URL) for t in [body.query, *body.texts]))
-
-    def prepare():
-        query, items = rerank_items(served, body.query, body.texts, "texts",
-                                    request.app.state.options.max_request_pixels)
-        try:  # the engine's refusals name the text
-            return served.rerank_call(query, items, raw_scores=body.raw_scores, truncate=truncate)
-        except (ValueError, TypeError) as exc:
-            if not served.reads_images:
-                raise
-            raise rerank_named(exc, [f"texts[{i}]" for i in range(len(items))]) from None
-
-    ranked = await run(served, prepare, timing, request=request)
+    ranked = await run(served, lambda: rerank_prepared(served, body.query, body.texts, "texts",
+                                                       request.app.state.options.max_request_pixels,
+                                                       raw_scores=body.raw_scores, truncate=truncate),
+                       timing, request=request)
     out = [TeiRank(index=r["index"], score=r["score"], text=body.texts[r["index"]] if body.return_text else None)
            for r in ranked]
     return answer(request, [r.model_dump(exclude_none=True) for r in out], timing, served)
