@@ -20,7 +20,7 @@ def score(engine, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
     return Call(requests, lambda results: np.asarray(results, dtype=np.float32))
 
 
-def rerank(engine, query: str, documents: Sequence[str], *, top_n: int | None = None,
+def rerank(engine, query: Any, documents: Sequence[Any], *, top_n: int | None = None,
            return_documents: bool = False, raw_scores: bool = False, truncate: bool | None = None) -> Any:
     """Score ``documents`` against ``query``: ``[{"index", "score"[, "document"]}]``, best first (ties in input
     order), the best ``top_n`` only if given."""
