@@ -724,6 +724,19 @@ def video_pixels(frames: list, images, patch: int = 14):
     return patches.reshape(t * h * w, channels * 2 * patch * patch), (t, h, w)
 
 
+def video_reference_vector(reference, tokenizer, prompt: str, pixels, grid, **extra):
+    """``reference``'s (a Qwen-VL base model) last-token state of ``prompt`` holding one video's ``<|video_pad|>``
+    tokens, given the video's ``pixel_values_videos`` and grid (``extra``: more forward arguments), L2-normalized."""
+    import torch
+
+    input_ids = tokenizer([prompt], return_tensors="pt")["input_ids"]
+    kinds = 2 * (input_ids == tokenizer.convert_tokens_to_ids("<|video_pad|>")).int()  # mm_token_type_ids: videos
+    with torch.no_grad():
+        state = reference(input_ids=input_ids, pixel_values_videos=pixels, video_grid_thw=torch.tensor([grid]),
+                          mm_token_type_ids=kinds, **extra).last_hidden_state[0, -1]
+    return (state / state.norm()).numpy()
+
+
 def random_images(n: int, *, seed: int = 0) -> list:
     """``n`` PIL images of odd sizes and every mode wde converts (RGB, L, RGBA, P, tall, wide, tiny)."""
     import numpy as np

@@ -3,8 +3,8 @@
 texts and images in the same call. The reference pixels are laid out as ``Qwen2VLVideoProcessor._preprocess`` does
 (transcribed in the root conftest's ``video_pixels``: that processor needs torchvision, which this torch cannot
 take), from frames at a size it keeps;
-Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it. The videos
-compared are no longer in time than in rows or columns: past that, the text after a video starts one past its largest
+Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it. The
+videos compared are no longer in time than in rows or columns: past that, the text after a video starts one past its largest
 position in wde (Qwen's own ``get_rope_index`` and vLLM) and at start + max(rows, columns) in transformers 5.24, and
 ``test_temporal_positions_and_the_text_after_a_video`` pins wde's rule by hand."""
 
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, clip_frames, random_images, save_random_qwen2_5_vl, save_random_qwen2_vl, video_pixels
+from conftest import (CPU_BACKENDS, clip_frames, random_images, save_random_qwen2_5_vl, save_random_qwen2_vl,
+                      video_pixels, video_reference_vector)
 from test_qwen2_vl_embedder import Processor, reference_vector
 from wde_core import Engine
 
@@ -25,12 +26,7 @@ def reference_video_vector(reference, processor, frames, text: str, **extra) -> 
     """transformers' last-token state of a video (its placeholder, then ``text``), L2-normalized."""
     pixels, grid = video_pixels(frames, processor.images)
     prompt = VIDEO.replace("<|video_pad|>", "<|video_pad|>" * (grid[0] * grid[1] * grid[2] // 4)) + text
-    input_ids = processor.tokenizer([prompt], return_tensors="pt")["input_ids"]
-    kinds = 2 * (input_ids == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")).int()
-    with torch.no_grad():
-        state = reference(input_ids=input_ids, pixel_values_videos=pixels, video_grid_thw=torch.tensor([grid]),
-                          mm_token_type_ids=kinds, **extra).last_hidden_state[0, -1]
-    return (state / state.norm()).numpy()
+    return video_reference_vector(reference, processor.tokenizer, prompt, pixels, grid, **extra)
 
 
 @pytest.fixture(scope="module")

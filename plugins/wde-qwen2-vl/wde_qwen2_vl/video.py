@@ -46,8 +46,8 @@ def video_input(index: int, item: dict) -> tuple[str | None, VideoFrames]:
         raise ValueError(f"input {index}: field 'video': no frames")
     images = []
     for k, frame in enumerate(frames):
-        image = as_image_input(frame) or (ImageInput(frame) if isinstance(frame, str) and frame.startswith("data:image/")
-                                          else None)
+        data_url = isinstance(frame, str) and frame.startswith("data:image/")
+        image = as_image_input(frame) or (ImageInput(frame) if data_url else None)
         if image is None:
             raise TypeError(f"input {index}: field 'video': frame {k} is a {type(frame).__name__}, not an image")
         images.append(image)
@@ -120,7 +120,8 @@ def video_sizing(directory: Path) -> VideoSizing | None:
                        int(config.get("resample", 3)))
 
 
-def frame_size(sizing: VideoSizing, frames: int, height: int, width: int, factor: int, temporal: int) -> tuple[int, int]:
+def frame_size(sizing: VideoSizing, frames: int, height: int, width: int, factor: int,
+               temporal: int) -> tuple[int, int]:
     """``(height, width)`` every frame is resized to, by transformers' own ``smart_resize`` of the video processor:
     Qwen3-VL's over the video's frames (at least ``temporal`` of them), Qwen2-VL's per frame."""
     if sizing.whole_video:

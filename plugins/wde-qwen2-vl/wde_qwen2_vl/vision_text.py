@@ -81,11 +81,11 @@ class VisionTextTokenizer(QueryPageTokenizer):
         self.tokenizer = pipeline.hf_tokenizer()
         self.image_processor = AutoImageProcessor.from_pretrained(str(pipeline.model.path))
         self.max_len = pipeline.settings.max_model_len
-        self.image_token_id = vl_config(pipeline.model.config).image_token_id
-        self.vision_config = vl_config(pipeline.model.config).vision_config
-        self.model_type = vl_config(pipeline.model.config).model_type
+        config = vl_config(pipeline.model.config)
+        self.image_token_id = config.image_token_id
+        self.vision_config, self.model_type = config.vision_config, config.model_type
         self.video_sizing = video_sizing(pipeline.model.path)
-        video_token = getattr(vl_config(pipeline.model.config), "video_token_id", None)
+        video_token = getattr(config, "video_token_id", None)
         self.video_token_id = video_token if video_token == self.tokenizer.convert_tokens_to_ids("<|video_pad|>") \
             else None
         self.placeholders = ["<|image_pad|>", "<|video_pad|>"]
@@ -134,10 +134,14 @@ class VisionTextTokenizer(QueryPageTokenizer):
     def image_pixels(self, image, where: str) -> tuple[PagePixels, str]:
         """An image input decoded (errors name ``where``) and preprocessed: its patches and grid, and its
         placeholder tokens."""
-        processed = self.image_processor(images=[load_image(image, where)], return_tensors="pt")
-        grid = tuple(int(x) for x in processed["image_grid_thw"][0])
-        pads = "<|image_pad|>" * (grid[0] * grid[1] * grid[2] // self.image_processor.merge_size ** 2)
-        return PagePixels(processed["pixel_values"], grid), pads
+        pixels = self.processed(load_image(image, where))
+        t, h, w = pixels.grid
+        return pixels, "<|image_pad|>" * (t * h * w // self.image_processor.merge_size ** 2)
+
+    def processed(self, picture, **overrides) -> PagePixels:
+        """A decoded image through the directory's image processor (``overrides``: its keyword arguments)."""
+        processed = self.image_processor(images=[picture], return_tensors="pt", **overrides)
+        return PagePixels(processed["pixel_values"], tuple(int(x) for x in processed["image_grid_thw"][0]))
 
     def preprocess_video(self, request: Request) -> str:
         """Decode and preprocess a video's frames (errors name the input and frame), put their patches in groups of
@@ -167,16 +171,13 @@ class VisionTextTokenizer(QueryPageTokenizer):
         """One decoded frame preprocessed as an image; first resized to the size the directory's video processor
         gives a video of ``frames`` such frames (``video_preprocessor_config.json``), if it has one."""
         if self.video_sizing is None:
-            processed = self.image_processor(images=[picture], return_tensors="pt")
-        else:
-            picture = picture.convert("RGB")
-            factor = self.image_processor.patch_size * self.image_processor.merge_size
-            height, width = frame_size(self.video_sizing, frames, picture.height, picture.width, factor,
-                                       self.image_processor.temporal_patch_size)
-            picture = picture.resize((width, height), resample=self.video_sizing.resample)
-            processed = self.image_processor(images=[picture], return_tensors="pt",  # kept at its size
-                                             size={"shortest_edge": 1, "longest_edge": height * width})
-        return PagePixels(processed["pixel_values"], tuple(int(x) for x in processed["image_grid_thw"][0]))
+            return self.processed(picture)
+        picture = picture.convert("RGB")
+        factor = self.image_processor.patch_size * self.image_processor.merge_size
+        height, width = frame_size(self.video_sizing, frames, picture.height, picture.width, factor,
+                                   self.image_processor.temporal_patch_size)
+        picture = picture.resize((width, height), resample=self.video_sizing.resample)
+        return self.processed(picture, size={"shortest_edge": 1, "longest_edge": height * width})  # kept at its size
 
     def framed_ids(self, request: Request, pads: str, truncate: bool) -> list[int]:
         """The token ids of ``request`` inside the chat frame (``pads``: its image's placeholder tokens); a text over

@@ -60,9 +60,10 @@ def mrope_positions(token_ids: list[int], grids, image_token_id: int, merge: int
     """``[3, n]`` positions of one sequence as Qwen-VL's ``get_rope_index`` makes them: text tokens count on in all
     three; an image's (or video's) merged patches take (start + time, start + row, start + column), and the text
     after it starts one past the largest of them (Qwen's own code and vLLM; transformers 5.24 starts it at start +
-    max(rows, columns), which differs only for a video whose times run past its rows and columns). ``grids``: the sequence's images' and videos' grids in the order of
-    their placeholder tokens (one grid, or ``None``); ``intervals``: each one's temporal step (time = frame group
-    ``k`` x step, truncated; Qwen2.5-VL's videos: ``tokens_per_second`` x seconds a group; else 1)."""
+    max(rows, columns), which differs only for a video whose times run past its rows and columns). ``grids``: the
+    sequence's images' and videos' grids in the order of their placeholder tokens (one grid, or ``None``);
+    ``intervals``: each one's temporal step (time = frame group ``k`` x step, truncated; Qwen2.5-VL's videos:
+    ``tokens_per_second`` x seconds a group; else 1)."""
     queue = [] if grids is None or len(grids) == 0 else [grids] if _is_count(grids[0]) else list(grids)
     queue = [tuple(int(size) for size in grid) for grid in queue]
     steps = list(intervals) if intervals is not None else [1.0] * len(queue)

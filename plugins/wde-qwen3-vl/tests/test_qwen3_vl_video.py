@@ -1,6 +1,7 @@
 """Videos (as their frames) on the Qwen3-VL embedder against transformers' ``Qwen3VLModel`` given
 ``pixel_values_videos``: each group of two frames after its timestamp, as ``Qwen3VLProcessor.replace_video_token``
-writes it (``<t seconds>``, the group's own ``<|vision_start|>`` ... ``<|vision_end|>``, inside the video's placeholder),
+writes it (``<t seconds>``, the group's own ``<|vision_start|>`` ... ``<|vision_end|>``, inside the video's
+placeholder),
 the timestamps from the frame rate as its ``_calculate_timestamps`` computes them; the last token's state within 1e-4
 in fp32, with texts and images in the same call. The reference pixels are the root conftest's ``video_pixels`` (the
 video processor's layout; the processor needs torchvision)."""
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from conftest import (CPU_BACKENDS, QWEN_VL_CHAT_TEMPLATE, chat_framed, clip_frames, random_images,
-                      save_random_qwen3_vl, video_pixels)
+                      save_random_qwen3_vl, video_pixels, video_reference_vector)
 from test_qwen3_vl_embedder import Processor, reference_vector
 from wde_core import Engine
 
@@ -35,12 +36,7 @@ def reference_video_vector(reference, processor, frames, text: str, fps: float, 
     group = "<|vision_start|>" + "<|video_pad|>" * (grid[1] * grid[2] // 4) + "<|vision_end|>"
     video = "".join(f"<{t:.1f} seconds>{group}" for t in timestamps(len(frames), fps))
     layout = layout or "<|vision_start|><|image_pad|><|vision_end|>" + text
-    input_ids = processor.tokenizer([layout.replace("<|image_pad|>", video)], return_tensors="pt")["input_ids"]
-    kinds = 2 * (input_ids == processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")).int()
-    with torch.no_grad():
-        state = reference(input_ids=input_ids, pixel_values_videos=pixels, video_grid_thw=torch.tensor([grid]),
-                          mm_token_type_ids=kinds).last_hidden_state[0, -1]
-    return (state / state.norm()).numpy()
+    return video_reference_vector(reference, processor.tokenizer, layout.replace("<|image_pad|>", video), pixels, grid)
 
 
 @pytest.fixture(scope="module")
