@@ -1,0 +1,124 @@
+"""wde's CPU attention kernel (wde-cpu-kernels' ``native_attention``) against torch's SDPA on the padded batch with a
+key mask (as HF transformers and sentence-transformers run it), alone: the corpus's real sequence lengths (the
+default model's tokenizer), packed into batches of ``--budget`` tokens longest first, ``--layers`` calls per
+batch (as a model makes them, cache-warm). Alternating rounds; medians and the ratio; the kernel's rate against
+its products' count (4 * heads * head_dim * sum of squared lengths per layer).
+
+    python benchmarks/bench_attention.py --heads 12 --head-dim 32          # all-MiniLM-L6-v2's attention
+    python benchmarks/bench_attention.py --heads 12 --head-dim 64 --n 1000  # bge-base's
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from common import load_corpus, measure, parser, print_ratio, timed
+from wde_cpu_kernels.attention import native_attention
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def corpus_lengths(n: int, max_len: int) -> list[int]:
+    """Token counts of the first ``n`` wiki paragraphs under the default model's tokenizer, capped at ``max_len``."""
+    from transformers import AutoTokenizer
+    from wde_bert.packaged import all_minilm_l6_v2
+
+    tokenizer = AutoTokenizer.from_pretrained(str(all_minilm_l6_v2()))
+    ids = tokenizer(load_corpus(n), truncation=True, max_length=max_len)["input_ids"]
+    return [len(x) for x in ids]
+
+
+def batches_of(lengths: list[int], budget: int) -> list[list[int]]:
+    """Lengths packed longest first into batches of at most ``budget`` tokens."""
+    batches: list[list[int]] = [[]]
+    for length in sorted(lengths, reverse=True):
+        if batches[-1] and sum(batches[-1]) + length > budget:
+            batches.append([])
+        batches[-1].append(length)
+    return batches
+
+
+def packed_inputs(batch: list[int], heads: int, dim: int, dtype: torch.dtype, seed: int):
+    """q, k, v as views of one [tokens, 3 * heads * dim] projection (the layout a fused QKV linear leaves)."""
+    tokens = sum(batch)
+    qkv = torch.randn(tokens, 3 * heads * dim, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return [qkv[:, i * heads * dim:(i + 1) * heads * dim].view(tokens, heads, dim) for i in range(3)]
+
+
+def padded(x: torch.Tensor, batch: list[int]) -> torch.Tensor:
+    """[sequences, heads, longest, dim] of packed ``x``, zeros past each sequence."""
+    out = x.new_zeros(len(batch), x.shape[1], max(batch), x.shape[2])
+    start = 0
+    for s, length in enumerate(batch):
+        out[s, :, :length] = x[start:start + length].transpose(0, 1)
+        start += length
+    return out
+
+
+def main() -> None:
+    """Run both engines over the corpus's batches, alternating, and check the kernel against fp32 SDPA."""
+    args = options().parse_args()
+    torch.set_num_threads(args.threads)
+    dtype = DTYPES[args.dtype]
+    batches = batches_of(corpus_lengths(args.n, args.max_len), args.budget)
+    work = []
+    for b, batch in enumerate(batches):
+        q, k, v = packed_inputs(batch, args.heads, args.head_dim, dtype, b)
+        cu = [0]
+        for length in batch:
+            cu.append(cu[-1] + length)
+        mask = torch.arange(max(batch))[None, :] < torch.tensor(batch)[:, None]
+        work.append((q, k, v, cu, padded(q, batch), padded(k, batch), padded(v, batch), mask[:, None, None, :]))
+    tokens = sum(map(sum, batches)) * args.layers
+    squares = sum(length * length for batch in batches for length in batch)
+    print(f"{len(batches)} batches, {tokens // args.layers} tokens, sum of squared lengths {squares}; "
+          f"{args.heads} heads of {args.head_dim}, {args.dtype}, {args.threads} threads, {args.layers} calls a batch (rates count tokens x calls)")
+    check_parity(work, args.dtype)
+
+    def kernel() -> None:
+        for q, k, v, cu, *_ in work:
+            for _ in range(args.layers):
+                native_attention(q, k, v, cu, False, None, None)
+
+    def sdpa() -> None:
+        for *_, qp, kp, vp, mask in work:
+            for _ in range(args.layers):
+                F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask)
+
+    runners = {"wde cpu_varlen": timed(kernel), "torch SDPA (padded, masked)": timed(sdpa)}
+    medians, _ = measure(runners, args.rounds, tokens)
+    print_ratio(medians, "wde cpu_varlen", "torch SDPA (padded, masked)")
+    flops = 4 * args.heads * args.head_dim * squares * args.layers
+    print(f"wde cpu_varlen: {flops / (tokens / medians['wde cpu_varlen']) / 1e9:.0f} GFLOP/s of products")
+
+
+def check_parity(work, dtype_name: str) -> None:
+    """The kernel's output against fp32 SDPA, sequence by sequence, on every tenth batch (printed, and an error
+    past bf16's rounding)."""
+    worst = 0.0
+    for q, k, v, cu, *_ in work[::10]:
+        out = native_attention(q, k, v, cu, False, None, None).float()
+        for a, b in zip(cu, cu[1:]):
+            ref = F.scaled_dot_product_attention(*(t[a:b].transpose(0, 1).float() for t in (q, k, v)))
+            worst = max(worst, (out[a:b] - ref.transpose(0, 1)).abs().max().item())
+    print(f"max abs difference from fp32 SDPA: {worst:.2e}")
+    bound = 2e-2 if dtype_name == "bf16" else 1e-4
+    if worst > bound:
+        raise SystemExit(f"the kernel's output is {worst:.2e} from fp32 SDPA (bound {bound})")
+
+
+def options():
+    """The benchmark's options (``--rounds`` and ``--threads`` from common.parser)."""
+    p = parser(__doc__)
+    p.add_argument("--n", type=int, default=2000, help="wiki paragraphs whose token counts make the batches")
+    p.add_argument("--max-len", type=int, default=256, help="the model's longest sequence (MiniLM: 256)")
+    p.add_argument("--budget", type=int, default=4096, help="tokens per batch, as the engine schedules them")
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head-dim", type=int, default=32)
+    p.add_argument("--layers", type=int, default=6, help="calls per batch (MiniLM has 6 layers)")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    return p
+
+
+if __name__ == "__main__":
+    main()
