@@ -72,7 +72,8 @@ def main() -> None:
     tokens = sum(map(sum, batches)) * args.layers
     squares = sum(length * length for batch in batches for length in batch)
     print(f"{len(batches)} batches, {tokens // args.layers} tokens, sum of squared lengths {squares}; "
-          f"{args.heads} heads of {args.head_dim}, {args.dtype}, {args.threads} threads, {args.layers} calls a batch (rates count tokens x calls)")
+          f"{args.heads} heads of {args.head_dim}, {args.dtype}, {args.threads} threads, {args.layers} calls a batch "
+          "(rates count tokens x calls)")
     check_parity(work, args.dtype)
 
     def kernel() -> None:
