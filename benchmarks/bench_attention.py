@@ -5,10 +5,12 @@ batch (as a model makes them, cache-warm). Alternating rounds; medians and the r
 its products' count (4 * heads * head_dim * sum of squared lengths per layer).
 
     python benchmarks/bench_attention.py --heads 12 --head-dim 32          # all-MiniLM-L6-v2's attention
-    python benchmarks/bench_attention.py --heads 12 --head-dim 64 --n 1000  # bge-base's
+    python benchmarks/bench_attention.py --head-dim 64 --layers 12 --max-len 512 --n 1000  # bge-base's
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -64,12 +66,10 @@ def main() -> None:
     work = []
     for b, batch in enumerate(batches):
         q, k, v = packed_inputs(batch, args.heads, args.head_dim, dtype, b)
-        cu = [0]
-        for length in batch:
-            cu.append(cu[-1] + length)
+        cu = [0, *itertools.accumulate(batch)]
         mask = torch.arange(max(batch))[None, :] < torch.tensor(batch)[:, None]
         work.append((q, k, v, cu, padded(q, batch), padded(k, batch), padded(v, batch), mask[:, None, None, :]))
-    tokens = sum(map(sum, batches)) * args.layers
+    tokens = sum(map(sum, batches)) * args.layers  # each call counts
     squares = sum(length * length for batch in batches for length in batch)
     print(f"{len(batches)} batches, {tokens // args.layers} tokens, sum of squared lengths {squares}; "
           f"{args.heads} heads of {args.head_dim}, {args.dtype}, {args.threads} threads, {args.layers} calls a batch "
