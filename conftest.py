@@ -35,8 +35,12 @@ def wiki_paragraphs(n: int) -> list[str]:
 
 
 def _cpu_backends() -> list[str]:
-    from wde_cpu_kernels.attention import unavailable_reason
-
+    try:
+        from wde_cpu_kernels.attention import unavailable_reason
+    except ImportError:  # a GPU machine running only the GPU tests; CI installs the kernels distribution
+        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+            raise
+        return ["torch_sdpa", "eager"]
     return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
 
 

@@ -22,18 +22,9 @@ from pathlib import Path
 
 import torch
 
-from common import load_corpus, measure, parser, save_bge_base_shape, timed
+from common import inputs_of, load_corpus, measure, parser, save_bge_base_shape, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: MiniLM's tokenizer
-
-
-def inputs_of(tokenizer, paragraphs: list[str], tokens: int, n: int) -> list[str]:
-    """``n`` texts of exactly ``tokens`` tokens (special tokens included), cut from consecutive paragraphs."""
-    words = tokenizer(" ".join(paragraphs), add_special_tokens=False)["input_ids"]
-    step = tokens - 2
-    pieces = [words[i:i + step] for i in range(0, len(words) - step, step)]
-    texts = tokenizer.batch_decode(pieces[:n])
-    return [text for text in texts if len(tokenizer(text)["input_ids"]) == tokens] or texts
 
 
 def null_forward(engine, hidden: int) -> None:

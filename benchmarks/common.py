@@ -78,3 +78,12 @@ def print_ratio(medians: dict[str, float], ours: str, peer: str) -> None:
     """Print both medians and the ratio ``ours / peer``."""
     print(f"median tokens/s: {ours} {medians[ours]:.0f}, {peer} {medians[peer]:.0f}")
     print(f"ratio {ours} / {peer}: {medians[ours] / medians[peer]:.2f}x")
+
+
+def inputs_of(tokenizer, paragraphs: list[str], tokens: int, n: int) -> list[str]:
+    """``n`` texts of exactly ``tokens`` tokens (special tokens included), cut from consecutive paragraphs."""
+    words = tokenizer(" ".join(paragraphs), add_special_tokens=False)["input_ids"]
+    step = tokens - 2
+    pieces = [words[i:i + step] for i in range(0, len(words) - step, step)]
+    texts = tokenizer.batch_decode(pieces[:n])
+    return [text for text in texts if len(tokenizer(text)["input_ids"]) == tokens] or texts

@@ -15,9 +15,12 @@ It uses aiohttp when it is installed (less client CPU on a 2-core machine), else
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
 import time
 from dataclasses import dataclass, field
+
+import numpy as np
 
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
@@ -106,10 +109,15 @@ def _vectors(data: object, expected: int) -> list[list[float]]:
     items = sorted(data["data"], key=lambda item: item.get("index", 0))
     if len(items) != expected:
         raise ValueError(f"{len(items)} embeddings for {expected} inputs")
-    vectors = [item["embedding"] for item in items]
-    if any(not isinstance(v, list) or len(v) == 0 for v in vectors):
+    vectors = [_decoded(item["embedding"]) for item in items]
+    if any(not isinstance(v, (list, np.ndarray)) or len(v) == 0 for v in vectors):
         raise ValueError("an embedding is not a list of floats")
     return vectors
+
+
+def _decoded(embedding: object) -> object:
+    """An ``encoding_format="base64"`` embedding (little-endian float32 bytes) as a float32 array."""
+    return np.frombuffer(base64.b64decode(embedding), dtype="<f4") if isinstance(embedding, str) else embedding
 
 
 async def _run(url: str, model: str, batches: list[list[str]], batch_tokens: list[int], clients: int,

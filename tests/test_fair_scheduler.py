@@ -313,3 +313,28 @@ def test_an_image_inputs_vision_tokens_count_against_the_budget():
     s = scheduler(1000)  # a page over the budget still runs, alone
     s.add([Request(i, None, token_ids=[0] * 270, vision_tokens=1000) for i in range(2)])
     assert [len(b) for b in drain(s)] == [1, 1]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_turns_taken_in_bulk_form_the_batches_of_turns_taken_request_by_request(seed):
+    """schedule() takes each turn's requests in one pass; the request-by-request loop (kept for shared prefixes,
+    here with sharing off) is the reference: the same batches, in the same order, for mixed tenants and calls
+    added between batches."""
+    rng = random.Random(seed)
+    max_tokens, max_seqs = rng.choice([64, 300, 1000]), rng.choice([3, 256])
+    bulk, reference = scheduler(max_tokens, max_seqs), scheduler(max_tokens, max_seqs)
+    formed: dict[str, list[list[str]]] = {"bulk": [], "reference": []}
+    for step in range(14):
+        if step < 9:
+            lengths = [rng.randint(1, 60) for _ in range(rng.randint(1, 30))]
+            tenant, call = rng.choice(["a", "b", None]), rng.randint(0, 4) if rng.random() < 0.8 else 10 + step
+            for s in (bulk, reference):
+                s.add([Request(i, f"{step}:{i}", token_ids=[0] * n, call_id=call, tenant=tenant)
+                       for i, n in enumerate(lengths)])
+        for name, schedule in (("bulk", bulk.schedule), ("reference", reference._schedule_sharing)):
+            formed[name].append([r.text for r in schedule()])
+    while bulk.has_waiting() or reference.has_waiting():
+        formed["bulk"].append([r.text for r in bulk.schedule()])
+        formed["reference"].append([r.text for r in reference._schedule_sharing()])
+    assert formed["bulk"] == formed["reference"]
+    assert sum(map(len, formed["bulk"])) > 0

@@ -82,8 +82,40 @@ def test_auto_backend_on_cuda_names_its_reason(gpu_case):
         import flash_attn  # noqa: F401
         assert pipeline.components["attention_backend"].name == "flash_attn"
     except ImportError:
-        assert pipeline.components["attention_backend"].name == "torch_sdpa"
-        assert reason == "auto: flash-attn is not installed"
+        assert pipeline.components["attention_backend"].name == "torch_varlen"
+        assert reason.startswith("auto: CUDA, half precision, torch's varlen_attn")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_varlen_backend_matches_hf(gpu_case, dtype):
+    directory, requests, expected = gpu_case
+    engine = Engine(str(directory), device="cuda", dtype=dtype, attention_backend="torch_varlen")
+    ours = engine_states(engine, requests)
+    error = max_error(ours, expected)
+    cos = min(torch.nn.functional.cosine_similarity(a, b, dim=-1).min().item() for a, b in zip(ours, expected))
+    print(f"{dtype} torch_varlen: max abs error {error:.2e}, min cosine {cos:.6f}")
+    assert error <= (2e-2 if dtype == "float16" else 8e-2) and cos >= 0.999
+
+
+@pytest.mark.gpu
+@cuda
+def test_launched_batches_overlap_and_keep_their_order(gpu_case):
+    """On CUDA the sync executor launches a batch and returns before it finishes: two batches in flight, the outputs
+    in input order and equal to one batch at a time."""
+    directory = gpu_case[0]
+    texts = [" ".join(["word"] * n) for n in (3, 40, 7, 60, 12, 1, 33, 80) * 8]
+    engine = Engine(str(directory), device="cuda", dtype="float16", max_num_batched_tokens=256)
+    assert engine.executor.max_in_flight == 2
+    together = engine.encode(texts)
+    alone = [engine.encode(text) for text in texts]
+    assert max(abs(a - b).max() for a, b in zip(together, alone)) <= 2e-3
+
+
+def test_torch_varlen_is_refused_on_cpu_before_loading(tiny_bert_dir):
+    with pytest.raises(ValueError, match="attention backend 'torch_varlen' needs a CUDA device, float16 or bfloat16"):
+        Engine(str(tiny_bert_dir), device="cpu", attention_backend="torch_varlen")
 
 
 def test_flash_attn_is_refused_on_cpu_before_loading(tiny_bert_dir):

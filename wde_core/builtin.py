@@ -40,6 +40,7 @@ def wde_register_attention_backends(register):
     register("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention", "torch SDPA, CPU and GPU")
     register("eager", "wde_core.attention.eager:EagerAttention", "matmul + softmax, the reference")
     register("flash_attn", "wde_core.attention.flash:FlashAttention", "flash_attn_varlen_func, CUDA only")
+    register("torch_varlen", "wde_core.attention.varlen:TorchVarlenAttention", "torch's varlen_attn, CUDA only")
 
 
 @hookimpl
@@ -106,14 +107,18 @@ def wde_register_workflows(register):
 
 @hookimpl(trylast=True)
 def wde_select_attention_backend(device, dtype, causal):
-    """flash_attn on CUDA in half precision when installed; else torch_sdpa (on CPU, wde-cpu-kernels answers first
-    where it is installed)."""
+    """flash_attn on CUDA in half precision when installed; else torch_varlen there for bidirectional models (causal
+    ones keep torch_sdpa, whose padded path holds shared prefixes); else torch_sdpa (on CPU, wde-cpu-kernels answers
+    first where it is installed)."""
     import torch
 
     if device.type == "cuda" and dtype in (torch.float16, torch.bfloat16):
         from wde_core.attention.flash import flash_attn_available
+        from wde_core.attention.varlen import torch_varlen_available
 
         if flash_attn_available():
             return "flash_attn", "auto: CUDA, half precision and flash-attn installed"
+        if not causal and torch_varlen_available(device, dtype):
+            return "torch_varlen", "auto: CUDA, half precision, torch's varlen_attn (flash-attn is not installed)"
         return "torch_sdpa", "auto: flash-attn is not installed"
     return "torch_sdpa", f"auto: torch_sdpa on {device.type} with {str(dtype).replace('torch.', '')}"

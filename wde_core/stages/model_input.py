@@ -40,15 +40,18 @@ class ModelInput:
         return move_to(self, device)
 
 
-def move_to(obj: Any, device: torch.device | str, *, non_blocking: bool = True) -> Any:
+def move_to(obj: Any, device: torch.device | str, *, non_blocking: bool = True, pin: bool = False) -> Any:
     """Move the tensors of a dataclass or dict (recursively) to ``device``; pass ``non_blocking=False``
-    for results copied back to the CPU, which must be complete when read."""
+    for results copied back to the CPU, which must be complete when read, and ``pin=True`` to stage CPU tensors
+    in pinned memory first (a copy to a GPU that never waits for the GPU's queue)."""
     if isinstance(obj, torch.Tensor):
+        if pin and obj.device.type == "cpu":
+            obj = obj.pin_memory()
         return obj.to(device, non_blocking=non_blocking)
     if isinstance(obj, dict):
-        return {key: move_to(value, device, non_blocking=non_blocking) for key, value in obj.items()}
+        return {key: move_to(value, device, non_blocking=non_blocking, pin=pin) for key, value in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: move_to(getattr(obj, f.name), device, non_blocking=non_blocking)
+        changes = {f.name: move_to(getattr(obj, f.name), device, non_blocking=non_blocking, pin=pin)
                    for f in dataclasses.fields(obj)}
         return dataclasses.replace(obj, **changes)
     return obj
@@ -77,7 +80,8 @@ class FlatBatchBuilder:
         starts = np.repeat(cu_seqlens[:-1] - np.array(skipped, dtype=np.int64), seq_lens)
         positions = np.arange(total, dtype=np.int64) - starts + self.position_offset
         input_ids = _flat(requests, skipped, "token_ids", total)
-        token_types = None if requests[0].token_type_ids is None else _flat(requests, skipped, "token_type_ids", total)
+        typed = any(r.token_type_ids is not None for r in requests)
+        token_types = _flat(requests, skipped, "token_type_ids", total) if typed else None
         prompt_lens = np.array([max(r.prompt_len - n, 0) for r, n in zip(requests, skipped)], dtype=np.int64)
         cu = torch.from_numpy(cu_seqlens)
         shared = {} if plan is None else {"shared": shared_keys(plan, cu_seqlens.tolist())}
@@ -89,6 +93,8 @@ class FlatBatchBuilder:
 
 
 def _flat(requests: list[Request], skipped: list[int], field: str, total: int) -> np.ndarray:
-    """The requests' ``field`` lists (past each one's ``skipped`` shared tokens) laid end to end, as int64."""
-    return np.fromiter(chain.from_iterable(getattr(r, field)[n:] for r, n in zip(requests, skipped)),
+    """The requests' ``field`` lists (past each one's ``skipped`` shared tokens) laid end to end, as int64 (zeros for
+    a request without it: token types of a single text)."""
+    lists = ((getattr(r, field) or [0] * r.num_tokens)[n:] for r, n in zip(requests, skipped))
+    return np.fromiter(chain.from_iterable(lists),
                        dtype=np.int64, count=total)

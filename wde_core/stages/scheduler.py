@@ -69,11 +69,16 @@ class TokenBudgetScheduler:
     def add(self, requests: Iterable[Request]) -> None:
         """Queue tokenized requests, longest first within this call."""
         requests = sorted(requests, key=lambda r: -r.num_tokens)
-        for request in requests:
-            if request.num_tokens > self.max_tokens:
-                raise ValueError(f"input {request.index}: {request.num_tokens} tokens exceed "
-                                 f"max_num_batched_tokens={self.max_tokens}")
+        if requests and requests[0].num_tokens > self.max_tokens:
+            longest = next(r for r in requests if r.num_tokens == requests[0].num_tokens)
+            raise ValueError(f"input {longest.index}: {longest.num_tokens} tokens exceed "
+                             f"max_num_batched_tokens={self.max_tokens}")
         size = sum(r.num_tokens for r in requests)
+        keys = {(r.tenant, r.call_id) for r in requests}
+        if len(keys) == 1:  # one call's requests (the usual case): one queue lookup for all of them
+            (tenant, call_id), = keys
+            self.tenants.queue(tenant, lambda: _Turns(CALL_QUANTUM)).queue(call_id, deque, size).extend(requests)
+            return
         for request in requests:
             calls = self.tenants.queue(request.tenant, lambda: _Turns(CALL_QUANTUM))
             calls.queue(request.call_id, deque, size).append(request)
@@ -88,18 +93,46 @@ class TokenBudgetScheduler:
 
     def schedule(self) -> list[Request]:
         """Pop the next batch (empty when nothing waits)."""
+        if self.counts_shared:
+            return self._schedule_sharing()
+        batch: list[Request] = []
+        total, tenants = 0, self.tenants
+        while tenants.order and len(batch) < self.max_seqs:
+            calls = tenants.queues[tenants.order[0]]  # the tenant whose turn it is
+            requests = calls.queues[calls.order[0]]  # its call whose turn it is
+            room = min(calls.quantum - calls.used, tenants.quantum - tenants.used)
+            taken = 0  # this turn's tokens: the requests it takes, up to its room (at least one)
+            while requests and len(batch) < self.max_seqs and taken < room:
+                request = requests[0]
+                tokens = request.num_tokens
+                if batch and total + request.vision_tokens + tokens > self.max_tokens:
+                    break
+                batch.append(requests.popleft())
+                total += request.vision_tokens + tokens
+                taken += tokens
+            if not taken and requests:  # the budget is spent
+                break
+            calls.took(taken, empty=not requests)
+            tenants.took(taken, empty=not calls.order)
+            if requests and taken < room:
+                break
+        batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding
+        return batch
+
+    def _schedule_sharing(self) -> list[Request]:
+        """:meth:`schedule` where a shared prefix counts once against the budget (request by request)."""
         batch: list[Request] = []
         tokens = BatchTokens(self.counts_shared)
         while self.tenants.order and len(batch) < self.max_seqs:
-            calls = self.tenants.queues[self.tenants.order[0]]  # the tenant whose turn it is
-            requests = calls.queues[calls.order[0]]  # its call whose turn it is
+            calls = self.tenants.queues[self.tenants.order[0]]
+            requests = calls.queues[calls.order[0]]
             if batch and tokens.with_request(requests[0])[0] > self.max_tokens:
                 break
             batch.append(requests.popleft())
             tokens.add(batch[-1])
             calls.took(batch[-1].num_tokens, empty=not requests)
             self.tenants.took(batch[-1].num_tokens, empty=not calls.order)
-        batch.sort(key=lambda r: -r.num_tokens)  # equal lengths side by side: attention needs less padding
+        batch.sort(key=lambda r: -r.num_tokens)
         return batch
 
     def drop(self, call_id: int | None) -> int:

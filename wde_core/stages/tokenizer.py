@@ -23,7 +23,7 @@ class HFTokenizer:
         encodings = self.encode_texts([r.text for r in requests], self.max_len if truncate is True else None)
         for request, encoding in zip(requests, encodings):
             request.token_ids = encoding.ids
-            if self.uses_token_types:
+            if self.uses_token_types and encoding.n_sequences > 1:  # a pair; one text's types are all 0 (None)
                 request.token_type_ids = encoding.type_ids
         if truncate is False:
             self.check_lengths(requests)

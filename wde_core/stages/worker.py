@@ -49,12 +49,22 @@ class ModelWorker:
         meta device (a pipeline stage: other stages' layers), which the loader then neither fills nor asks for."""
         return model.to_empty(device=self.device).to(self.pipeline.dtype)
 
-    @torch.inference_mode()
     def execute(self, model_input: ModelInput) -> dict[str, torch.Tensor]:
         """Run one batch: forward, then pooling/head/activation; the results on the CPU."""
-        model_input = model_input.to(self.device)
-        output = self.model(model_input)
-        return move_to(self.pooler(output, model_input), "cpu", non_blocking=False)
+        return self.launch(model_input)()
+
+    @torch.inference_mode()
+    def launch(self, model_input: ModelInput) -> Callable[[], dict[str, torch.Tensor]]:
+        """Start one batch and return the function that waits for its results on the CPU. On CUDA the kernels and
+        the copy back (into pinned memory) are queued, and the host is free until that function is called."""
+        model_input = move_to(model_input, self.device, pin=self.device.type == "cuda")
+        output = self.pooler(self.model(model_input), model_input)
+        if self.device.type != "cuda":
+            return lambda: move_to(output, "cpu", non_blocking=False)
+        host = move_to(output, "cpu", non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return lambda: done.synchronize() or host
 
 
 def worker_factory(pipeline, attention_backend=None) -> Callable[[], ModelWorker]:

@@ -105,3 +105,43 @@ def test_every_backend_matches_hf_and_the_others(tiny_st_bert_dir):
         assert ours.shape == expected.shape
         assert np.abs(ours - expected).max() <= TOL, f"{backend} differs from HF"
         assert np.abs(ours - outputs[BACKENDS[0]]).max() <= 1e-5, f"{backend} differs from {BACKENDS[0]}"
+
+
+def test_single_texts_and_pairs_in_one_batch_match_hf_classifier(tmp_path):
+    """One batch mixing single texts and pairs classifies as transformers' BertForSequenceClassification does on each
+    input alone (a pair's second segment has token type 1)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from wde_plugin_kit import save_random_model
+
+    torch.manual_seed(5)
+    config = BertConfig(architectures=["BertForSequenceClassification"], num_labels=3, **CONFIGS["small"])
+    save_random_model(tmp_path, config, model_class=BertForSequenceClassification)
+    reference = BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    inputs = ["a single text", ("a premise here", "and its hypothesis"), "another one", ("q", "a longer answer")]
+    engine = Engine(str(tmp_path), device="cpu")
+    ours = engine.classify(inputs, raw_scores=True)
+    for item, scores in zip(inputs, ours):
+        encoded = tokenizer(*item if isinstance(item, tuple) else (item,), return_tensors="pt")
+        with torch.no_grad():
+            logits = reference(**encoded).logits[0]
+        assert encoded["token_type_ids"].any() == isinstance(item, tuple)
+        got = np.array([scores[label] for label in reference.config.id2label.values()])
+        assert np.abs(got - logits.numpy()).max() <= TOL
+
+
+def test_batches_mixing_requests_with_and_without_token_types_give_zeros_to_the_latter(bert_case):
+    """The tokenizer stage leaves a single text's token types out (all 0); a batch holding such a request beside one
+    with types (a pair) gets zeros for it, and the token states match HF given those zeros."""
+    directory, reference = bert_case
+    engine = Engine(str(directory), device="cpu", attention_backend="torch_sdpa")
+    requests = random_requests(reference.config, [5, 9, 3], seed=2)
+    requests[0].token_type_ids = requests[2].token_type_ids = None
+    model_input = engine.builder.build(requests)
+    assert model_input.token_type_ids.tolist() == [0] * 5 + requests[1].token_type_ids + [0] * 3
+    ours = wde_states(engine, requests)
+    for r in requests:
+        r.token_type_ids = r.token_type_ids or [0] * r.num_tokens
+    expected = reference_states(reference, requests)
+    assert max((a - b).abs().max().item() for a, b in zip(ours, expected)) <= TOL
