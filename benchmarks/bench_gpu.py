@@ -84,6 +84,33 @@ def busy_fraction(engine, chunks: list[list[str]], tokens: int) -> None:
           f"{wall:.2f} s ({1e3 * busy / len(events):.2f} ms per batch)")
 
 
+def map_variants(engine, chunks: list[list[str]], tokens: int) -> None:
+    """``map`` under settings that change how the host threads share the GIL and the cores (a diagnosis of the
+    overlap of tokenization with the forward): each once after a warm-up run, as run."""
+    import gc
+
+    texts = [t for c in chunks for t in c]
+    threads = torch.get_num_threads()
+    variants = {"as is": (lambda: None, lambda: None),
+                "gc disabled": (gc.disable, gc.enable),
+                "switch interval 0.5 ms": (lambda: sys.setswitchinterval(5e-4), lambda: sys.setswitchinterval(5e-3)),
+                "torch threads 1": (lambda: torch.set_num_threads(1), lambda: torch.set_num_threads(threads)),
+                "chunks of 256": (lambda: None, lambda: None), "chunks of 4096": (lambda: None, lambda: None)}
+    for name, (enter, leave) in variants.items():
+        size = int(name.split()[-1]) if name.startswith("chunks") else len(chunks[0])
+        parts = [texts[i:i + size] for i in range(0, len(texts), size)]
+        enter()
+        try:
+            rates = []
+            for _ in range(3):
+                start = time.perf_counter()
+                [v for c in engine.map("encode", parts) for v in c]
+                rates.append(tokens / (time.perf_counter() - start))
+        finally:
+            leave()
+        print(f"  map, {name:24} {sorted(rates)[1]:12.0f} tokens/s (median of 3)", flush=True)
+
+
 def kernel_profile(engine, requests) -> None:
     """Where the GPU's time goes: the CUDA kernels of a few batches by total time (torch profiler)."""
     from torch.profiler import ProfilerActivity, profile
@@ -154,6 +181,8 @@ def run_length(args, engine, reference, directory: Path, length: int, peak: floa
         a, b = (np.asarray(outputs[k], dtype=np.float32) for k in ("wde encode", "sentence-transformers"))
         cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         print(f"  min cosine wde vs sentence-transformers: {cosine.min():.6f}")
+    if args.map_variants:
+        map_variants(engine, chunks, tokens)
     if args.device == "cuda":
         busy_fraction(engine, chunks, tokens)
         if args.profile:
@@ -186,6 +215,8 @@ def main() -> None:
     options.add_argument("--no-serve", dest="serve", action="store_false")
     options.add_argument("--corpus", action="store_true")
     options.add_argument("--profile", action="store_true", help="also the CUDA kernels of a few batches by time")
+    options.add_argument("--map-variants", action="store_true", help="also map with GC off, a shorter GIL switch "
+                         "interval, 1 torch thread, other chunk sizes")
     options.add_argument("--corpus-file", default=str(CORPUS))
     options.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (no peak, no events)")
     args = options.parse_args()
