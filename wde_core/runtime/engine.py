@@ -35,6 +35,8 @@ class Engine(TaskMethods):
     def _build(self, p: Pipeline) -> None:
         if p.args.num_threads:
             torch.set_num_threads(p.args.num_threads)
+        elif p.device.type == "cuda":  # its CPU work is copies and bookkeeping: an OpenMP team spinning on every
+            torch.set_num_threads(1)  # core took them from the tokenizer (H200, 50-token map: 1.21M -> 1.54M tokens/s)
         make = {stage: component.load() for stage, component in p.components.items()}
         self.attention = make["attention_backend"](p)
         self.input_processor = make["input_processor"](p)

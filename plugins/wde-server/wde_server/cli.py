@@ -82,10 +82,15 @@ def check_names(models, names) -> None:
 @server_options
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Server processes sharing the port (SO_REUSEPORT), each with its own engines: a replica of every "
+                   "model per process. More than one where one process's Python limits the throughput (a GPU fed by "
+                   "one process); metrics, key quotas and --max-concurrent-requests are per process.")
+@click.option("--reuse-port-worker", "worker", is_flag=True, hidden=True)
 @click.option("--ray", is_flag=True, hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
 @click.option("--replicas", hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
 @click.option("--address", hidden=True, expose_value=False, callback=refuse_moved_ray_flags)
-def serve(models, host, port, names, engine_args, log_level, **limits) -> None:
+def serve(models, host, port, names, engine_args, log_level, workers, worker, **limits) -> None:
     """Serve MODELS (default: the embedded default model) over HTTP: OpenAI, Cohere, Jina, TEI and vLLM
     routes; a request's `model` field (TEI routes: ?model=) picks the model. Docs at /docs."""
     import uvicorn
@@ -93,8 +98,12 @@ def serve(models, host, port, names, engine_args, log_level, **limits) -> None:
     from wde_server.app import create_app
     from wde_server.options import ServerOptions
     from wde_server.process import protocol_with_header_timeout, tune_allocator
+    from wde_server.workers import check_workers, reuse_port_socket, run_workers
 
     check_names(models, names)
+    check_workers(workers, port)
+    if workers > 1:
+        raise SystemExit(run_workers(workers, ServerOptions(**limits).graceful_timeout))
     try:
         options = ServerOptions(**limits)
         applied = tune_allocator()  # before the engines' threads start
@@ -107,6 +116,14 @@ def serve(models, host, port, names, engine_args, log_level, **limits) -> None:
     # re-raised signal lets the command exit 0 after a graceful stop
     for stop in (signal.SIGTERM, signal.SIGINT):
         signal.signal(stop, lambda *_: None)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=options.graceful_timeout,
-                limit_concurrency=None, access_log=False, http=protocol_with_header_timeout(options.header_timeout))
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, limit_concurrency=None,
+                            timeout_graceful_shutdown=options.graceful_timeout,
+                            http=protocol_with_header_timeout(options.header_timeout))
+    server = uvicorn.Server(config)
+    try:  # as uvicorn.run does, with this worker's shared-port socket where the parent started it
+        server.run(sockets=[reuse_port_socket(host, port)] if worker else None)
+    except KeyboardInterrupt:
+        pass
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE
 
