@@ -304,6 +304,8 @@ NOT_RUN = {
     "wde serve BAAI/bge-m3 BAAI/bge-reranker-v2-m3 --served-model-name bge-m3 --served-model-name reranker "
     "--host 0.0.0.0 --port 8080 --engine-arg num_threads=8 --api-key \"$KEY\" --calibration corpus-sample.txt":
         "a server on every interface with a key from the environment; SERVER runs the same models",
+    "wde serve BAAI/bge-base-en-v1.5 --workers 8 --host 0.0.0.0 --port 8080":
+        "eight server processes on every interface; plugins/wde-server/tests/test_server_workers.py runs --workers 2",
     "wde serve-ray BAAI/bge-m3 --replicas 2 --address HEAD_IP:6379 --port 8080":
         "needs wde-ray and a Ray cluster (plugins/wde-ray/tests/test_ray.py, the ray session, serves on Ray)",
     "wde embed-dataset corpus.jsonl embedded/ --workers 2":
@@ -323,8 +325,7 @@ NOT_RUN = {
     "nox -s bench-vision": "a benchmark: builds a ViT-B/32-sized CLIP and runs for tens of minutes",
     "nox -s bench-vdr": "a benchmark: builds a ColQwen2-shaped model and runs for minutes",
     "nox -s bench-host": "a benchmark: builds a bge-base-shaped model and runs for minutes",
-    "python benchmarks/bench_gpu.py --rounds 5": "needs a CUDA GPU",
-    "python benchmarks/bench_gpu.py --rounds 5 --dtype bfloat16": "needs a CUDA GPU",
+    "nox -s bench-gpu": "a benchmark that needs a CUDA GPU",
 }
 
 # Python blocks not run, by a string each contains, and why.
