@@ -64,7 +64,8 @@ class ModelWorker:
         host = move_to(output, "cpu", non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        return lambda: done.synchronize() or host
+        # copied out of the pinned buffers once complete: results the caller keeps must not hold page-locked memory
+        return lambda: done.synchronize() or {k: v.clone() if torch.is_tensor(v) else v for k, v in host.items()}
 
 
 def worker_factory(pipeline, attention_backend=None) -> Callable[[], ModelWorker]:
