@@ -69,9 +69,8 @@ class TokenBudgetScheduler:
     def add(self, requests: Iterable[Request]) -> None:
         """Queue tokenized requests, longest first within this call."""
         requests = sorted(requests, key=lambda r: -r.num_tokens)
-        if requests and requests[0].num_tokens > self.max_tokens:
-            longest = next(r for r in requests if r.num_tokens == requests[0].num_tokens)
-            raise ValueError(f"input {longest.index}: {longest.num_tokens} tokens exceed "
+        if requests and requests[0].num_tokens > self.max_tokens:  # the longest
+            raise ValueError(f"input {requests[0].index}: {requests[0].num_tokens} tokens exceed "
                              f"max_num_batched_tokens={self.max_tokens}")
         size = sum(r.num_tokens for r in requests)
         keys = {(r.tenant, r.call_id) for r in requests}
