@@ -197,3 +197,52 @@ def test_an_engine_that_fails_to_build_raises_in_the_caller(tmp_path):
     # the engine is built on its own thread; its error still reaches the constructor's caller, as Engine's does
     with pytest.raises(ModelNotFoundError, match=r"model '.*missing' is neither a directory nor a valid hub id"):
         AsyncEngine(str(tmp_path / "missing"), device="cpu")
+
+
+class LaunchingWorker:
+    """A stand-in worker with ``launch``: records when a batch is started and when its results are waited for."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def load_model(self) -> None:
+        self.events.append("loaded")
+
+    def launch(self, model_input):
+        self.events.append(f"launch {model_input}")
+        if model_input == "bad launch":
+            raise ValueError("refused at launch")
+
+        def wait():
+            self.events.append(f"wait {model_input}")
+            if model_input == "bad run":
+                raise RuntimeError("failed on the device")
+            return {"dense": model_input}
+        return wait
+
+
+def test_sync_executor_on_cuda_launches_and_waits_only_when_asked():
+    """On CUDA the sync executor starts a batch and returns (two in flight); the result, or the batch's error, is
+    waited for once, when the engine asks; a worker without ``launch`` (a plugin's) is run as before."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from wde_core.stages.executor import SyncExecutor
+
+    worker = LaunchingWorker()
+    executor = SyncExecutor(SimpleNamespace(device=torch.device("cuda")), lambda: worker)
+    assert executor.max_in_flight == 2
+    first, second = executor.submit("a"), executor.submit("b")
+    assert worker.events == ["loaded", "launch a", "launch b"]  # nothing waited for yet
+    assert first.result() == {"dense": "a"} and first.result() == {"dense": "a"}
+    assert worker.events[-1] == "wait a" and worker.events.count("wait a") == 1
+    assert second.exception() is None and worker.events[-1] == "wait b"
+    failed = executor.submit("bad run")
+    assert isinstance(failed.exception(), RuntimeError)
+    with pytest.raises(RuntimeError, match="failed on the device"):
+        failed.result()
+    with pytest.raises(ValueError, match="refused at launch"):
+        executor.submit("bad launch").result()
+    on_cpu = SyncExecutor(SimpleNamespace(device=torch.device("cpu")), LaunchingWorker)
+    assert on_cpu.max_in_flight == 1 and not on_cpu.launches
