@@ -34,11 +34,16 @@ def wiki_paragraphs(n: int) -> list[str]:
         return [json.loads(line)["text"] for _, line in zip(range(n), f)]
 
 
+def ci_enforced() -> bool:
+    """Whether this run fails skips for missing dependencies: ``CI`` is ``true`` (or ``1``, ``yes``)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
 def _cpu_backends() -> list[str]:
     try:
         from wde_cpu_kernels.attention import unavailable_reason
     except ImportError:  # a GPU machine running only the GPU tests; CI installs the kernels distribution
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+        if ci_enforced():
             raise
         return ["torch_sdpa", "eager"]
     return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
@@ -533,11 +538,6 @@ def cosines(a, b):
 # ("needs CUDA and flash-attn" on a CUDA machine means flash-attn is missing; "needs an AVX-512 CPU, a C++
 # compiler and ninja" on an AVX-512 CPU means the toolchain is missing): those fail.
 CI_SKIP_MESSAGE = "CI=true: skipped for a missing dependency: {reason}"
-
-
-def ci_enforced() -> bool:
-    """Whether this run fails skips for missing dependencies: ``CI`` is ``true`` (or ``1``, ``yes``)."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
 def cpu_flags() -> set[str]:

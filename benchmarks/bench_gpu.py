@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common import CORPUS, inputs_of, load_corpus, measure, parser, print_ratio, save_bge_base_shape, timed
+from common import (CORPUS, inputs_of, load_corpus, measure, null_forward, parser, print_ratio,
+                    save_bge_base_shape, timed)
 from gpu_serve import serve_rates
 
 HIDDEN, LAYERS, FFN = 768, 12, 3072
@@ -138,8 +139,7 @@ def kernel_profile(engine, requests) -> None:
 def host_path(engine, texts: list[str], chunks: list[list[str]], tokens: int, rounds: int) -> None:
     """The host path alone: the worker's forward replaced by zero vectors; against raw batch tokenization."""
     worker = engine.executor.worker
-    zeros = torch.zeros(engine.pipeline.args.max_num_seqs, HIDDEN)
-    worker.launch = lambda model_input: (lambda: {"dense": zeros[:model_input.num_seqs]})
+    null_forward(engine, HIDDEN)
     backend = engine.tokenizer.tokenizer.backend_tokenizer
     cores = len(os.sched_getaffinity(0))
     try:

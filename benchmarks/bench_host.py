@@ -22,17 +22,9 @@ from pathlib import Path
 
 import torch
 
-from common import inputs_of, load_corpus, measure, parser, save_bge_base_shape, timed
+from common import inputs_of, load_corpus, measure, null_forward, parser, save_bge_base_shape, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: MiniLM's tokenizer
-
-
-def null_forward(engine, hidden: int) -> None:
-    """Make the engine's worker return zero pooled vectors of the batch's shape instead of running the model (rows of
-    one preallocated tensor: a fresh ``torch.zeros`` per batch enters an OpenMP region, milliseconds on a busy host,
-    which is the model's time, not the host path's)."""
-    zeros = torch.zeros(engine.pipeline.args.max_num_seqs, hidden)
-    engine.executor.worker.execute = lambda model_input: {"dense": zeros[:model_input.num_seqs]}
 
 
 def main() -> None:

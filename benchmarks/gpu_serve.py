@@ -5,31 +5,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from serve_load import concurrent_load
+from wde_plugin_kit.serve import WDE, free_port
 
 INPUTS_PER_REQUEST = {50: 256, 512: 32}  # about 13k and 16k tokens a request
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(directory: Path, args, log_path: str, workers: int) -> tuple[subprocess.Popen, str]:
     """``wde serve`` on the model at ``directory`` with the benchmark's engine arguments and ``workers`` processes;
     waits until it is ready (with several workers, until every one listens)."""
     port = free_port()
-    argv = [sys.executable, "-c", "from wde_core.cli.main import main; main()", "serve", str(directory),
+    argv = [*WDE, "serve", str(directory),
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "bge-base-shape",
             "--engine-arg", f"device={args.device}", "--engine-arg", f"dtype={args.dtype}",
             "--engine-arg", f"max_num_seqs={args.max_num_seqs}",
