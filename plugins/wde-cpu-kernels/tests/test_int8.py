@@ -31,11 +31,12 @@ def test_the_compiled_quantizer_equals_torch(dtype):
     kernel = varlen_kernel()
     rows = (torch.randn(300, 200) * torch.linspace(0.1, 9, 300)[:, None]).to(dtype)
     rows[7, 3] = -50.0  # saturates at -128 with the scale below
+    rows[8, 130], rows[9, 198] = 50.0, -50.0  # and at 127, and in a row's tail (200 = 3 x 64 + 8 columns)
     assert torch.equal(kernel.row_absmax(rows), rows.float().abs().amax(dim=1))
     scale = 20.0 / 127
     expected = torch.quantize_per_tensor(rows.float(), scale, 0, torch.qint8).int_repr()  # symmetric int8, + 128:
     assert torch.equal(kernel.quantize_uint8(rows, scale), (expected.to(torch.int16) + 128).to(torch.uint8))
-    assert kernel.quantize_uint8(rows, scale)[7, 3] == 0  # -128 + 128
+    assert kernel.quantize_uint8(rows, scale)[[7, 8, 9], [3, 130, 198]].tolist() == [0, 255, 0]  # -128, 127 + 128
     strided = torch.randn(64, 96).to(dtype)[:, :80]  # rows at a stride, as views of a fused projection are
     expected = torch.quantize_per_tensor(strided.float().contiguous(), 0.02, 0, torch.qint8).int_repr()
     assert torch.equal(kernel.quantize_uint8(strided, 0.02), (expected.to(torch.int16) + 128).to(torch.uint8))
