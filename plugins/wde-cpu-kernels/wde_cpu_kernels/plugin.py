@@ -32,7 +32,7 @@ def wde_select_attention_backend(device, dtype, causal):
 
 @hookimpl
 def wde_quantization(scheme, device, dtype):
-    """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for every ``Linear``."""
+    """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for the ``Linear`` layers of the transformer blocks."""
     if scheme != "int8" or device.type != "cpu":
         return None
     from wde_cpu_kernels.int8 import int8_supported
@@ -42,10 +42,10 @@ def wde_quantization(scheme, device, dtype):
         raise ValueError(f"engine argument quantization='int8': {refusal}")
     named = str(dtype).replace("torch.", "")
     return ("wde_cpu_kernels.int8:quantize_model",
-            "int8 (wde-cpu-kernels): linear layers as oneDNN int8 GEMMs, weights per output channel, activations per "
-            "batch (outlier rows in the model dtype), dequantized with bias/activation/residual in the epilogue; down "
-            f"projections (more inputs than outputs, the FFN's) with activations per token; attention, norms and "
-            f"pooling in {named}")
+            "int8 (wde-cpu-kernels): the transformer blocks' linear layers as oneDNN int8 GEMMs, weights per output "
+            "channel, activations per batch (outlier rows in the model dtype), dequantized with bias/activation/residual "
+            "in the epilogue; down projections (more inputs than outputs, the FFN's) with activations per token; "
+            f"attention, norms, pooling and the heads outside the blocks (pooler, classifier, projections) in {named}")
 
 
 @hookimpl
