@@ -8,6 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <utility>
+
 #include "varlen_bf16.h"
 #include "varlen_common.h"
 
@@ -50,20 +52,24 @@ inline void store_tiles(int count, float* out, int stride, int step) {  // accum
   if (count > 3) _tile_stored(3, out + 3 * step, stride);
 }
 
-// Query rows [i, i + rows) into sc.qb ([16][D]); rows past `rows` repeat the last (computed, never stored).
-void load_query_block(const Head& h, Scratch& sc, int D, int i, int rows) {
+// The A operand rows of query block [i, i + rows): a full block is read in place (a tile load takes q's row stride);
+// a partial one is copied into sc.qb ([16][D]), rows past `rows` repeating the last (computed, never stored), since
+// reading past them could run off the tensor. Returns the rows and their stride in bytes.
+std::pair<const uint16_t*, int> query_block(const Head& h, Scratch& sc, int D, int i, int rows) {
+  if (rows == TILE_ROWS) return {h.q + i * h.qs, static_cast<int>(h.qs * sizeof(uint16_t))};
   for (int r = 0; r < TILE_ROWS; ++r)
     std::memcpy(sc.qb.data() + r * D, h.q + (i + std::min(r, rows - 1)) * h.qs, D * sizeof(uint16_t));
+  return {sc.qb.data(), static_cast<int>(D * sizeof(uint16_t))};
 }
 
 // Scores of the block's 16 rows against keys [j0, jend) (a multiple of 16 keys) into sc.s ([16][width]), four
 // tiles of 16 keys at a time.
-void block_scores(Scratch& sc, int width, int D, int j0, int jend) {
+void block_scores(Scratch& sc, std::pair<const uint16_t*, int> q, int width, int D, int j0, int jend) {
   for (int n = j0; n < jend; n += 64) {
     const int count = std::min(4, (jend - n) / 16);
     zero_tiles(count);
     for (int c = 0; c < D; c += 32) {
-      _tile_loadd(4, sc.qb.data() + c, D * sizeof(uint16_t));
+      _tile_loadd(4, q.first + c, q.second);
       const uint32_t* keys = sc.kt.data() + static_cast<size_t>(c / 2) * width + n;
       accumulate_tiles(count, width * sizeof(uint32_t), [&](int t) { return keys + 16 * t; });
     }
@@ -71,13 +77,15 @@ void block_scores(Scratch& sc, int width, int D, int j0, int jend) {
   }
 }
 
-// The block's fp32 exps as bf16 probabilities over [0, n), zero on [n, padded) (whole chunks of PAIR_KEYS).
-void block_probabilities(Scratch& sc, int width, int n, int padded) {
-  for (int r = 0; r < TILE_ROWS; ++r) {
-    uint16_t* p = sc.p.data() + r * width;
-    round_row(sc.s.data() + r * width, p, n);
-    std::fill(p + n, p + padded, uint16_t{0});
-  }
+// The block's softmax straight to bf16 probabilities over [0, n) (softmax_rows_bf16: 2^x in 9 instructions, one
+// pass after the max), zero on [n, padded) (whole chunks of PAIR_KEYS).
+void block_probabilities(Scratch& sc, int width, int j0, int jend, int pend, const int* los, const int* his,
+                         float scale) {
+  for (int r = 0; r < TILE_ROWS; r += 8)  // eight rows at a time keep the softmax's state in registers
+    softmax_rows_bf16<8>(sc.s.data() + r * width, sc.p.data() + r * width, width, j0, jend, los + r, his + r, scale,
+                         sc.inv.data() + r);
+  for (int r = 0; r < TILE_ROWS; ++r)
+    std::fill(sc.p.data() + r * width + (jend - j0), sc.p.data() + r * width + (pend - j0), uint16_t{0});
 }
 
 // Output rows [i, i + rows) = probabilities x values over keys [j0, pend), each row scaled by its 1 / sum; four
@@ -130,13 +138,10 @@ void attend_rows_amx(const Head& h, int L, int D, int row0, int row1, bool causa
     key_range(i + rows - 1, L, causal, window, &lo, &j1);
     j0 &= ~15;
     const int jend = j0 + ((j1 - j0 + 15) & ~15), pend = j0 + ((j1 - j0 + PAIR_KEYS - 1) & ~(PAIR_KEYS - 1));
-    load_query_block(h, sc, D, i, rows);
-    block_scores(sc, width, D, j0, jend);
+    block_scores(sc, query_block(h, sc, D, i, rows), width, D, j0, jend);
     int los[TILE_ROWS], his[TILE_ROWS];
     for (int r = 0; r < TILE_ROWS; ++r) key_range(i + std::min(r, rows - 1), L, causal, window, &los[r], &his[r]);
-    for (int r = 0; r < TILE_ROWS; r += 8)  // eight rows at a time keep the softmax's state in registers
-      softmax_rows<8>(sc.s.data() + r * width, width, j0, jend, los + r, his + r, scale, sc.inv.data() + r);
-    block_probabilities(sc, width, jend - j0, pend - j0);
+    block_probabilities(sc, width, j0, jend, pend, los, his, scale);
     block_weighted_values(h, sc, width, D, i, rows, j0, pend);
   }
   _tile_release();
