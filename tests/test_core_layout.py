@@ -51,8 +51,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # kernel), the sync executor launching batches on CUDA (pinned inputs, outputs behind an event, two in flight), the
 # scheduler taking each turn's requests in one pass (the request-by-request loop kept for shared prefixes), token
 # types left out for single texts, CUDA engines on one torch thread with their startup heap frozen (123 lines): 3,460;
-# `wde serve --workers` lives in wde-server.
-CODE_LINE_BUDGET = 3460
+# `wde serve --workers` lives in wde-server. Issue 26's LayerNorm, nn.LayerNorm with a kernel slot as Linear's, which
+# BERT uses (8 lines): 3,468; the compiled kernel and the choice to set it live in wde-cpu-kernels.
+CODE_LINE_BUDGET = 3468
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

@@ -1,4 +1,5 @@
-"""``wde_core.modeling.layers.Linear``: the fused CPU path equals the plain PyTorch computation."""
+"""``wde_core.modeling.layers``: the fused CPU path of ``Linear`` equals the plain PyTorch computation; ``LayerNorm`` is
+``nn.LayerNorm`` until a plugin sets its kernel, then runs that kernel on the rows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from wde_core.modeling.layers import Linear
+from wde_core.modeling.layers import LayerNorm, Linear
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"])
@@ -69,3 +70,21 @@ def test_prepacked_weights_match_plain_torch(dtype):
         want = want[:1] if name.endswith("one row") else want
         assert got.dtype == dtype and got.shape == want.shape
         torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name} {dtype}: {m}")
+
+
+def test_layer_norm_is_torch_s_until_a_kernel_takes_its_rows():
+    torch.manual_seed(0)
+    norm, reference = LayerNorm(24, eps=1e-6), torch.nn.LayerNorm(24, eps=1e-6)
+    norm.weight.data.normal_(), norm.bias.data.normal_()
+    reference.load_state_dict(norm.state_dict())  # the same parameters under the same names as HF's checkpoints
+    x = torch.randn(3, 5, 24)
+    torch.testing.assert_close(norm(x), reference(x), rtol=0, atol=0)
+    seen = []
+
+    def kernel(rows, weight, bias, eps):  # stands for a compiled kernel: doubles torch's result
+        seen.append((rows.shape, eps))
+        return 2 * F.layer_norm(rows, (rows.shape[-1],), weight, bias, eps)
+
+    norm.kernel = kernel
+    torch.testing.assert_close(norm(x), 2 * reference(x))
+    assert seen == [((15, 24), 1e-6)]  # the rows flattened to 2-D, the output back in the input's shape

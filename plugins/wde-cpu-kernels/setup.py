@@ -70,7 +70,8 @@ atexit.register(shutil.rmtree, OUT_OF_TREE, ignore_errors=True)  # the wheel or 
 setup(
     ext_modules=[CppExtension("wde_cpu_kernels._varlen",
                               [str(CSRC / name) for name in ("varlen_attention.cpp", "varlen_attention_bf16.cpp",
-                                                              "varlen_attention_amx.cpp", "quantize.cpp")],
+                                                              "varlen_attention_amx.cpp", "quantize.cpp",
+                                                              "layer_norm.cpp")],
                               include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": ParallelBuildExtension},

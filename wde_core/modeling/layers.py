@@ -1,5 +1,6 @@
 """Layers shared by model plugins: a linear layer that fuses its activation or residual add into
-the matrix product on CPU (oneDNN epilogues), with the plain PyTorch path everywhere else; RMSNorm."""
+the matrix product on CPU (oneDNN epilogues), with the plain PyTorch path everywhere else; a LayerNorm whose work a
+plugin may take over; RMSNorm."""
 
 from __future__ import annotations
 
@@ -67,6 +68,19 @@ class Linear(nn.Linear):
         else:
             y = self.act(F.linear(x, self.weight, self.bias))
         return y if residual is None else y + residual
+
+
+class LayerNorm(nn.LayerNorm):
+    """``nn.LayerNorm`` (same parameters and checkpoint names) whose work a plugin may take over, as ``Linear``'s: a
+    quantizer (the ``wde_quantization`` hook's function) may set ``kernel``, a callable ``(rows, weight, bias, eps)``
+    over the 2-D rows ``[N, size]`` returning them normalized in their dtype (wde-cpu-kernels sets its compiled one)."""
+
+    kernel = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is None or self.weight is None:
+            return super().forward(x)
+        return self.kernel(x.reshape(-1, x.shape[-1]), self.weight, self.bias, self.eps).view(x.shape)
 
 
 class RMSNorm(nn.Module):

@@ -7,7 +7,7 @@ import re
 import torch
 from torch import nn
 
-from wde_core.plugin_api import (ColumnParallelLinear, Linear, RowParallelLinear, VocabParallelEmbedding,
+from wde_core.plugin_api import (ColumnParallelLinear, LayerNorm, Linear, RowParallelLinear, VocabParallelEmbedding,
                                  tensor_parallel)
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
@@ -26,7 +26,7 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, input_ids, positions, token_type_ids) -> torch.Tensor:
         """Embed packed tokens ``[T]`` into ``[T, H]``."""
@@ -51,10 +51,10 @@ class BertLayer(nn.Module):
         self.attention = attention
         self.qkv = ColumnParallelLinear(hidden, (hidden, hidden, hidden))
         self.attn_out = RowParallelLinear(hidden, hidden)
-        self.attn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.attn_norm = LayerNorm(hidden, eps=config.layer_norm_eps)
         self.ffn_in = ColumnParallelLinear(hidden, config.intermediate_size, activation=config.hidden_act)
         self.ffn_out = RowParallelLinear(config.intermediate_size, hidden)
-        self.ffn_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.ffn_norm = LayerNorm(hidden, eps=config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, attn_metadata) -> torch.Tensor:
         """One layer over the packed tokens ``x [T, H]``."""

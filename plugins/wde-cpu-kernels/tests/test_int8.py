@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.stats import spearmanr
 
 from conftest import cosines, save_random_bert, wiki_paragraphs
@@ -23,6 +24,24 @@ from wde_cpu_kernels.attention import varlen_kernel
 
 HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
 needs_kernel = pytest.mark.skipif(not HAS_AVX512, reason="no AVX-512 on this CPU (hardware)")
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_compiled_layer_norm_matches_torch_in_float64(dtype):
+    """Against F.layer_norm in float64 on the same (dtype-rounded) inputs: float32 to float32's rounding, bfloat16 within
+    one bf16 rounding of the exact result (as torch's own bf16 LayerNorm), rows at a stride and a 16-column tail."""
+    torch.manual_seed(0)
+    wide = (torch.randn(300, 800) * torch.linspace(0.1, 20, 300)[:, None] + 3).to(dtype)
+    rows = wide[:, :776]  # 776 = 48 x 16 + 8 columns, each row 800 apart
+    weight, bias = torch.randn(776).to(dtype), torch.randn(776).to(dtype)
+    exact = F.layer_norm(rows.double(), (776,), weight.double(), bias.double(), 1e-12)
+    got = varlen_kernel().layer_norm(rows, weight, bias, 1e-12)
+    assert got.dtype == dtype and got.shape == rows.shape
+    bound = 2 ** -8 * exact.abs() + 1e-6 if dtype == torch.bfloat16 else 1e-5 * exact.abs().amax()
+    assert ((got.double() - exact).abs() <= bound).all()
+    theirs = F.layer_norm(rows, (776,), weight, bias, 1e-12)
+    assert (got.double() - exact).abs().mean() <= 1.05 * (theirs.double() - exact).abs().mean()
 
 
 @needs_kernel
@@ -180,6 +199,17 @@ def test_down_projections_take_one_scale_per_token(tiny_bert_dir):
     report = engine.executor.worker.model.quantization_report
     assert report["int8 per token"] and all(name.endswith("ffn_out") for name in report["int8 per token"])
     assert {name.rsplit(".", 1)[1] for name in report["int8"]} == {"qkv", "attn_out", "ffn_in"}
+    assert report["compiled LayerNorm"] == []  # float32 keeps torch's LayerNorm (the compiled one is no faster there)
+    engine.close()
+
+
+@needs_kernel
+def test_bfloat16_layer_norms_run_compiled(tiny_bert_dir):
+    engine = Engine(str(tiny_bert_dir), quantization="int8", dtype="bfloat16")
+    model = engine.executor.worker.model
+    names = model.quantization_report["compiled LayerNorm"]
+    assert {name.rsplit(".", 1)[1] for name in names} == {"LayerNorm", "attn_norm", "ffn_norm"}
+    assert all(module.kernel is not None for name, module in model.named_modules() if name in names)
     engine.close()
 
 

@@ -15,7 +15,12 @@
 #include <tuple>
 #include <vector>
 
+#include "rows_avx512.h"
+
 namespace {
+
+using wde::rows::load16;
+using wde::rows::store16;
 
 // a row's largest magnitude: bf16 compares as its bits with the sign cleared (for finite values the unsigned order
 // of those bits is the order of the magnitudes), 32 values a step with no widening; fp32 16 a step
@@ -46,13 +51,6 @@ void absmax_rows(const T* x, int64_t rows, int64_t cols, int64_t stride, float* 
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) out[r] = row_absmax(x + r * stride, cols);
   });
-}
-
-// 16 values of a row as fp32 (a masked load for the tail)
-inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 load16(const c10::BFloat16* p, __mmask16 m) {
-  __m256i half = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
 // 16 values times inv as int32, rounded half to even (the default MXCSR mode, as torch.quantize_per_tensor), capped
@@ -104,17 +102,6 @@ void quantize_per_row(const T* x, int64_t rows, int64_t cols, int64_t stride, ui
     }
   });
 }
-
-// 16 fp32 values rounded half to even to bf16 (integer arithmetic: any AVX-512 CPU, finite values)
-inline __m256i round_to_bf16(__m512 v) {
-  __m512i bits = _mm512_castps_si512(v);
-  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  bits = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
-}
-
-inline void store16(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-inline void store16(c10::BFloat16* p, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(p, m, round_to_bf16(v)); }
 
 // y[r, c] = acc[r, c] * scales[r] + bias[c] + residual[r, c], written as T
 template <typename T>

@@ -158,6 +158,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x);  //
 std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor);  // quantize.cpp
 at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
                            const c10::optional<at::Tensor>& residual, bool bfloat16);  // quantize.cpp
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);  // layer_norm.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
@@ -174,6 +175,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("acc"),
         py::arg("scales"), py::arg("bias"), py::arg("residual"), py::arg("bfloat16"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("layer_norm", &layer_norm, "LayerNorm of fp32/bf16 rows (weight and bias per column), in the rows' dtype",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
         py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());

@@ -38,12 +38,6 @@ inline __m256i bits(__m256bh x) {  // 16 bf16 as plain 256 bits, for storing
   return y;
 }
 
-// A row's fp32 exps e[0, n) rounded to bf16 probabilities in p (n a multiple of 16), as a bf16 matrix product takes them.
-inline void round_row(const float* e, uint16_t* p, int n) {
-  for (int j = 0; j < n; j += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + j), bits(_mm512_cvtneps_pbh(_mm512_loadu_ps(e + j))));
-}
-
 // r[c] becomes column c of the 16 x 16 block of 32-bit elements r (four rounds of shuffles): the keys' (d, d + 1)
 // pairs turned into rows of 16 keys without gathers, which are slow on AMD Zen (a gather took 13% of the kernel).
 inline void transpose16(__m512i (&r)[16]) {
