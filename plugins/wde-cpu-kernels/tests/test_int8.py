@@ -59,6 +59,8 @@ def test_the_compiled_quantizer_equals_torch(dtype):
     strided = torch.randn(64, 96).to(dtype)[:, :80]  # rows at a stride, as views of a fused projection are
     expected = torch.quantize_per_tensor(strided.float().contiguous(), 0.02, 0, torch.qint8).int_repr()
     assert torch.equal(kernel.quantize_uint8(strided, 0.02), (expected.to(torch.int16) + 128).to(torch.uint8))
+    signed = kernel.quantize_uint8(strided, 0.02, int8=True)  # the int8 form AMX-INT8 takes: the same values, no offset
+    assert signed.dtype == torch.int8 and torch.equal(signed, expected)
 
 
 
@@ -82,6 +84,10 @@ def test_one_call_finds_the_outliers_and_quantizes_as_torch_does(dtype, rows):
     assert outliers.tolist() == ([] if rows == 1 else [rows // 3])  # one row is its own median
     torch_quantized, torch_scale, torch_outliers = int8._TorchQuantizer.quantize_batch_uint8(x, 2.0)  # the fallback
     assert torch_scale == scale and torch.equal(torch_outliers, outliers) and torch.equal(torch_quantized, expected)
+    for quantizer in (varlen_kernel(), int8._TorchQuantizer):  # as int8: the uint8 values less 128, the same scale
+        signed, signed_scale, signed_outliers = quantizer.quantize_batch_uint8(x, 2.0, True)
+        assert signed.dtype == torch.int8 and signed_scale == scale and torch.equal(signed_outliers, outliers)
+        assert torch.equal(signed, (quantized.to(torch.int16) - 128).to(torch.int8))
 
 def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:
     """The same quantization done by hand in float64: per-channel weights, one activation scale for the ordinary
@@ -122,25 +128,37 @@ def test_one_layer_equals_the_int8_arithmetic(activation, residual):
 ONEDNN_PROBE = """
 import torch
 from wde_core.plugin_api import Linear
-from wde_cpu_kernels.int8 import Int8Kernel
+from wde_cpu_kernels.int8 import Int8Kernel, PerTokenInt8Kernel
 for dtype in (torch.float32, torch.bfloat16):
     for activation, residual in ((None, None), ("gelu", None), (None, torch.randn(256, 384, dtype=dtype))):
         layer = Linear(384, 384, activation=activation).to(dtype).eval()
         layer.kernel = Int8Kernel(layer)
         with torch.inference_mode():
             layer(torch.randn(256, 384, dtype=dtype), residual)
+    down = Linear(1536, 384).to(dtype).eval()
+    down.kernel = PerTokenInt8Kernel(down)
+    with torch.inference_mode():
+        down(torch.randn(256, 1536, dtype=dtype))
 """
 
 
 @needs_kernel
 def test_onednn_runs_a_jit_int8_kernel_not_its_reference_one():
     """oneDNN's own report of the implementation it ran: int8 activations against torch's prepacked weights fell to
-    ``ref_int8`` (about 1,000x slower) on a Zen 5 without AMX; the uint8 form runs brgemm on every int8 ISA."""
+    ``ref_int8`` (about 1,000x slower) on a Zen 5 without AMX; the uint8 form runs brgemm on every int8 ISA, and int8
+    activations (taken only where the CPU has AMX-INT8) run brgemm there. Each kind of layer, in both dtypes."""
     run = subprocess.run([sys.executable, "-c", ONEDNN_PROBE], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "ONEDNN_VERBOSE": "1"})
     assert run.returncode == 0, run.stderr
     matmuls = [line.split(",")[6] for line in run.stdout.splitlines() if ",exec,cpu,matmul," in line]
-    assert len(matmuls) == 6 and all(impl.startswith("brg_matmul") for impl in matmuls), matmuls
+    assert len(matmuls) == 8 and all(impl.startswith("brg_matmul") for impl in matmuls), matmuls
+
+
+def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8():
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        flags = set(next(line for line in f if line.startswith("flags")).split())
+    assert int8.signed_activations() == ({"amx_int8", "amx_tile"} <= flags)
+    assert int8.zero_point() == (0 if {"amx_int8", "amx_tile"} <= flags else 128)
 
 
 def reference_per_token(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:
@@ -173,6 +191,10 @@ def test_a_down_projection_equals_the_per_token_arithmetic(dtype, residual):
     fallback, compiled = int8._TorchQuantizer, int8._kernels()  # torch's ops where the module is missing
     (q_torch, s_torch), (q_ours, s_ours) = (quantizer.quantize_rows_uint8(x.to(dtype)) for quantizer in (fallback, compiled))
     assert torch.allclose(s_torch, s_ours) and (q_torch.int() - q_ours.int()).abs().max() <= 1  # x / s vs x * (1 / s)
+    for quantizer, unsigned in ((fallback, q_torch), (compiled, q_ours)):  # as int8: the same values less 128
+        signed, scales = quantizer.quantize_rows_uint8(x.to(dtype), True)
+        assert signed.dtype == torch.int8 and torch.equal(signed, (unsigned.to(torch.int16) - 128).to(torch.int8))
+        assert torch.equal(scales, s_torch if quantizer is fallback else s_ours)
     products = torch.randn(37, 40)
     for bias, extra in ((layer.bias.float(), None if res is None else res.to(dtype)), (None, None)):
         assert torch.allclose(fallback.dequantize_rows(products, s_ours, bias, extra, dtype == torch.bfloat16).float(),

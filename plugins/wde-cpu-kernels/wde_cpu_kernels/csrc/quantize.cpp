@@ -4,6 +4,7 @@
 // The result is stored as uint8 with zero point 128 (the int8 value + 128, torch's quint8): oneDNN's int8 matmul has
 // JIT kernels for u8 activations x s8 weights on every int8 ISA (AVX512-VNNI, AMX), while s8 activations against
 // torch's prepacked weights fall to its reference kernel on CPUs without AMX (about 1,000x slower, seen on Zen 5).
+// Where the CPU has AMX-INT8 they run its JIT kernels with no zero point to compensate, so the caller may ask for int8.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "rows_avx512.h"
@@ -60,13 +62,14 @@ inline __m512i scaled16(const T* p, __mmask16 m, __m512 inv) {
   return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_mul_ps(load16(p, m), inv), _mm512_set1_ps(127.f)));
 }
 
-// one row: x * inv rounded and saturated to int8, stored + 128 as uint8. 64 values a step: the int32s are narrowed
+// one row: x * inv rounded and saturated to int8, stored as is (`flip` 0: int8) or + 128 as uint8 (`flip` 0x80: the
+// top bit flipped). 64 values a step: the int32s are narrowed
 // by two signed-saturating packs (the clamp to [-128, 127]), which interleave 128-bit lanes, put back in order by
 // one permute (the single-step vpmovsdb narrowing of 16 at a time is a slow instruction on AMD Zen)
 template <typename T>
-inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t* q) {
+inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t flip, uint8_t* q) {
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));  // int8 -> uint8 + 128: flip the top bit
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(flip));
   const __mmask16 all = 0xFFFF;
   int64_t c = 0;
   for (; c + 64 <= cols; c += 64) {
@@ -83,22 +86,23 @@ inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t* q) {
 }
 
 template <typename T>
-void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, uint8_t* out) {
+void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv_scale, uint8_t flip, uint8_t* out) {
   const __m512 inv = _mm512_set1_ps(inv_scale);
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) quantize_row(x + r * stride, cols, inv, out + r * cols);
+    for (int64_t r = begin; r < end; ++r) quantize_row(x + r * stride, cols, inv, flip, out + r * cols);
   });
 }
 
 // each row with its own scale (its largest magnitude / 127): the row is read twice while in cache
 template <typename T>
-void quantize_per_row(const T* x, int64_t rows, int64_t cols, int64_t stride, uint8_t* out, float* scales) {
+void quantize_per_row(const T* x, int64_t rows, int64_t cols, int64_t stride, uint8_t flip, uint8_t* out,
+                      float* scales) {
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* row = x + r * stride;
       const float m = row_absmax(row, cols);
       scales[r] = std::max(m, 1e-8f) / 127.f;
-      quantize_row(row, cols, _mm512_set1_ps(127.f / std::max(m, 1e-8f)), out + r * cols);
+      quantize_row(row, cols, _mm512_set1_ps(127.f / std::max(m, 1e-8f)), flip, out + r * cols);
     }
   });
 }
@@ -138,21 +142,28 @@ at::Tensor row_absmax(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor quantize_uint8(const at::Tensor& x, double scale) {
+// int8 activations (`int8`: oneDNN's AMX-INT8 kernels take them, with no zero point to compensate) or uint8 with zero
+// point 128 (every int8 ISA): the output tensor and the byte that turns int8 into it
+std::pair<at::Tensor, uint8_t> quantized_like(const at::Tensor& x, bool int8) {
+  return {at::empty({x.size(0), x.size(1)}, x.options().dtype(int8 ? at::kChar : at::kByte)), int8 ? 0 : 0x80};
+}
+
+at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8) {
   check_rows(x);
-  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kByte));
+  auto [out, flip] = quantized_like(x, int8);
   const float inv = static_cast<float>(1.0 / scale);
+  auto* q = static_cast<uint8_t*>(out.data_ptr());
   if (x.scalar_type() == at::kFloat)
-    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
+    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, flip, q);
   else
-    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, out.data_ptr<uint8_t>());
+    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, flip, q);
   return out;
 }
 
 // row_absmax, the outlier rows and the scale of the rest, and quantize_uint8 in one call: the scale is the largest
 // magnitude of the rows at most `factor` times the median row's (torch.median's lower median) / 127, the outliers are
 // the others (their indices, ascending), and every row is quantized with that scale (the outliers saturate).
-std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor) {
+std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8) {
   check_rows(x);
   const int64_t rows = x.size(0);
   TORCH_CHECK(rows > 0, "expected at least one row");
@@ -171,22 +182,21 @@ std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor
     else largest = std::max(largest, mags[r]);
   }
   const double scale = std::max(static_cast<double>(largest), 1e-8) / 127.0;
-  at::Tensor quantized = quantize_uint8(x, scale);
+  at::Tensor quantized = quantize_uint8(x, scale, int8);
   at::Tensor outliers = at::empty({static_cast<int64_t>(outlying.size())}, x.options().dtype(at::kLong));
   std::copy(outlying.begin(), outlying.end(), outliers.data_ptr<int64_t>());
   return {quantized, scale, outliers};
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x) {
+std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8) {
   check_rows(x);
-  auto out = at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kByte));
+  auto [out, flip] = quantized_like(x, int8);
   auto scales = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  auto* q = static_cast<uint8_t*>(out.data_ptr());
   if (x.scalar_type() == at::kFloat)
-    quantize_per_row(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<uint8_t>(),
-                     scales.data_ptr<float>());
+    quantize_per_row(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), flip, q, scales.data_ptr<float>());
   else
-    quantize_per_row(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<uint8_t>(),
-                     scales.data_ptr<float>());
+    quantize_per_row(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), flip, q, scales.data_ptr<float>());
   return {out, scales};
 }
 
