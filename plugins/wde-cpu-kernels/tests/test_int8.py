@@ -204,17 +204,19 @@ def test_a_down_projection_equals_the_per_token_arithmetic(dtype, residual):
 
 
 def test_the_compiled_quantization_is_named_in_torch_profiles():
-    """bench-cpu splits wde's time by the profiler's events: the compiled (de)quantization calls, not torch ops, are
-    named there while a profile records (else they would count as host work)."""
+    """bench-cpu splits wde's time by the profiler's events: the compiled (de)quantization and LayerNorm calls, not
+    torch ops, are named there while a profile records (else they would count as host work)."""
     from torch.profiler import ProfilerActivity, profile
 
+    from wde_core.plugin_api import LayerNorm
+
     torch.manual_seed(0)
-    wide, down = Linear(32, 64), Linear(64, 32)
-    wide.kernel, down.kernel = int8.Int8Kernel(wide), int8.PerTokenInt8Kernel(down)
+    wide, down, norm = Linear(32, 64), Linear(64, 32), LayerNorm(32)
+    wide.kernel, down.kernel, norm.kernel = int8.Int8Kernel(wide), int8.PerTokenInt8Kernel(down), int8.compiled_layer_norm
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        down(wide(torch.randn(10, 32)))
+        norm(down(wide(torch.randn(10, 32))))
     names = {event.key for event in prof.key_averages()}
-    assert {"wde::int8_quantize", "wde::int8_quantize_rows", "wde::int8_dequantize_rows"} <= names
+    assert {"wde::int8_quantize", "wde::int8_quantize_rows", "wde::int8_dequantize_rows", "wde::layer_norm"} <= names
 
 def test_down_projections_take_one_scale_per_token(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), quantization="int8")
