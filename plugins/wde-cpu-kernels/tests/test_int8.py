@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
-from conftest import cosines, save_random_bert, wiki_paragraphs
+from conftest import cosines, cpu_flags, save_random_bert, wiki_paragraphs
 from wde_core import Engine
 from wde_core.plugin_api import Linear
 from wde_cpu_kernels import int8
@@ -155,10 +155,9 @@ def test_onednn_runs_a_jit_int8_kernel_not_its_reference_one():
 
 
 def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8():
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        flags = set(next(line for line in f if line.startswith("flags")).split())
-    assert int8.signed_activations() == ({"amx_int8", "amx_tile"} <= flags)
-    assert int8.zero_point() == (0 if {"amx_int8", "amx_tile"} <= flags else 128)
+    amx_int8 = {"amx_int8", "amx_tile"} <= cpu_flags()
+    assert int8.signed_activations() == amx_int8
+    assert int8.zero_point() == (0 if amx_int8 else 128)
 
 
 def reference_per_token(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:

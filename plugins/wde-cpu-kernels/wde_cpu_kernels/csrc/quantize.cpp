@@ -23,14 +23,14 @@ namespace {
 
 using wde::rows::load16;
 using wde::rows::store16;
+using wde::rows::take16;
 
 // a row's largest magnitude: bf16 compares as its bits with the sign cleared (for finite values the unsigned order
 // of those bits is the order of the magnitudes), 32 values a step with no widening; fp32 16 a step
 inline float row_absmax(const float* row, int64_t cols) {
   __m512 m = _mm512_setzero_ps();
   for (int64_t c = 0; c < cols; c += 16) {
-    const __mmask16 take = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
-    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(take, row + c)));
+    m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(take16(c, cols), row + c)));
   }
   return _mm512_reduce_max_ps(m);
 }
@@ -63,9 +63,9 @@ inline __m512i scaled16(const T* p, __mmask16 m, __m512 inv) {
 }
 
 // one row: x * inv rounded and saturated to int8, stored as is (`flip` 0: int8) or + 128 as uint8 (`flip` 0x80: the
-// top bit flipped). 64 values a step: the int32s are narrowed
-// by two signed-saturating packs (the clamp to [-128, 127]), which interleave 128-bit lanes, put back in order by
-// one permute (the single-step vpmovsdb narrowing of 16 at a time is a slow instruction on AMD Zen)
+// top bit flipped). 64 values a step: the int32s are narrowed by two signed-saturating packs (the clamp to
+// [-128, 127]), which interleave 128-bit lanes, put back in order by one permute (the single-step vpmovsdb narrowing
+// of 16 at a time is a slow instruction on AMD Zen)
 template <typename T>
 inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t flip, uint8_t* q) {
   const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
@@ -79,7 +79,7 @@ inline void quantize_row(const T* row, int64_t cols, __m512 inv, uint8_t flip, u
     _mm512_storeu_si512(q + c, _mm512_xor_si512(packed, offset));
   }
   for (; c < cols; c += 16) {
-    const __mmask16 m = cols - c >= 16 ? all : __mmask16((1u << (cols - c)) - 1);
+    const __mmask16 m = take16(c, cols);
     const __m128i narrowed = _mm512_cvtsepi32_epi8(scaled16(row + c, m, inv));
     _mm_mask_storeu_epi8(q + c, m, _mm_xor_si128(narrowed, _mm512_castsi512_si128(offset)));
   }
@@ -115,7 +115,7 @@ void dequantize_per_row(const float* acc, const float* scales, const float* bias
     for (int64_t r = begin; r < end; ++r) {
       const __m512 s = _mm512_set1_ps(scales[r]);
       for (int64_t c = 0; c < cols; c += 16) {
-        const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (cols - c)) - 1);
+        const __mmask16 m = take16(c, cols);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + r * cols + c), s);
         if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
         if (residual != nullptr) v = _mm512_add_ps(v, load16(residual + r * cols + c, m));

@@ -164,7 +164,8 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
         py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8), or as int8 with int8=True",
+  m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8), "
+        "or as int8 with int8=True",
         py::arg("x"), py::arg("scale"), py::arg("int8") = false, py::call_guard<py::gil_scoped_release>());
   m.def("quantize_batch_uint8", &quantize_batch_uint8, "One scale for the rows at most `factor` times the median "
         "row's largest magnitude, those rows' indices (outliers), and all rows quantized with it (+ 128, uint8)",

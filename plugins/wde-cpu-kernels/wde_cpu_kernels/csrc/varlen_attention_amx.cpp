@@ -77,8 +77,8 @@ void block_scores(Scratch& sc, std::pair<const uint16_t*, int> q, int width, int
   }
 }
 
-// The block's softmax straight to bf16 probabilities over [0, n) (softmax_rows_bf16: 2^x in 9 instructions, one
-// pass after the max), zero on [n, padded) (whole chunks of PAIR_KEYS).
+// The block's softmax straight to bf16 probabilities over [0, n) (softmax_rows_bf16: exp2_bf16_ps, one pass after
+// the max), zero on [n, padded) (whole chunks of PAIR_KEYS).
 void block_probabilities(Scratch& sc, int width, int j0, int jend, int pend, const int* los, const int* his,
                          float scale) {
   for (int r = 0; r < TILE_ROWS; r += 8)  // eight rows at a time keep the softmax's state in registers
