@@ -143,21 +143,32 @@ for dtype in (torch.float32, torch.bfloat16):
 
 
 @needs_kernel
-def test_onednn_runs_a_jit_int8_kernel_not_its_reference_one():
+@pytest.mark.parametrize("isa_cap", [None, "AVX512_CORE_BF16"])
+def test_onednn_runs_a_jit_int8_kernel_not_its_reference_one(isa_cap):
     """oneDNN's own report of the implementation it ran: int8 activations against torch's prepacked weights fell to
     ``ref_int8`` (about 1,000x slower) on a Zen 5 without AMX; the uint8 form runs brgemm on every int8 ISA, and int8
-    activations (taken only where the CPU has AMX-INT8) run brgemm there. Each kind of layer, in both dtypes."""
-    run = subprocess.run([sys.executable, "-c", ONEDNN_PROBE], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    activations (taken only where the CPU has AMX-INT8) run brgemm there. Each kind of layer, in both dtypes; and
+    under an ISA cap that keeps oneDNN off AMX, no AMX kernel (and no reference one) on any CPU."""
+    env = {**os.environ, "ONEDNN_VERBOSE": "1", **({"ONEDNN_MAX_CPU_ISA": isa_cap} if isa_cap else {})}
+    run = subprocess.run([sys.executable, "-c", ONEDNN_PROBE], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr
     matmuls = [line.split(",")[6] for line in run.stdout.splitlines() if ",exec,cpu,matmul," in line]
     assert len(matmuls) == 8 and all(impl.startswith("brg_matmul") for impl in matmuls), matmuls
+    if isa_cap:
+        assert not any("amx" in impl for impl in matmuls), matmuls
 
 
-def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8():
+def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8(monkeypatch):
     amx_int8 = {"amx_int8", "amx_tile"} <= cpu_flags()
+    int8.signed_activations.cache_clear()
     assert int8.signed_activations() == amx_int8
     assert int8.zero_point() == (0 if amx_int8 else 128)
+    for cap, admits_amx in (("avx512_core_bf16", False), ("AVX512_CORE_AMX", True), ("ALL", True)):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        int8.signed_activations.cache_clear()
+        assert int8.signed_activations() == (amx_int8 and admits_amx), cap
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    int8.signed_activations.cache_clear()
 
 
 def reference_per_token(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:

@@ -17,8 +17,8 @@ from conftest import cpu_flags, save_random_bert
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
-from wde_cpu_kernels.attention import (NativeCpuAttention, bf16_products, has_avx512_bf16, unavailable_reason,
-                                       varlen_kernel)
+from wde_cpu_kernels.attention import (NativeCpuAttention, bf16_products, has_avx512_bf16, native_attention,
+                                       unavailable_reason, varlen_kernel)
 from wde_core.plugin_api import SdpaAttention
 
 HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -129,6 +129,21 @@ def test_amx_tiles_match_the_avx512_bf16_path(seq_lens, heads, kv_heads, dim, ca
     assert (tiles - pairs).abs().max() <= 2 ** -7 * pairs.abs().max()  # one bf16 rounding of the output
     assert (tiles - reference).abs().max() <= 1.2 * (pairs - reference).abs().max()
     assert (tiles - reference).abs().mean() <= 1.1 * (pairs - reference).abs().mean()
+
+
+@needs_amx
+def test_onednns_isa_cap_keeps_the_kernel_off_amx(monkeypatch):
+    """``ONEDNN_MAX_CPU_ISA`` below AMX (as a user sets it to keep oneDNN off the tiles) takes the attention kernel
+    to its AVX512-BF16 path too: the very output of ``amx=False``, where uncapped it is the AMX path's."""
+    q, k, v = (x.bfloat16() for x in packed_qkv([129, 40, 7], 4, 4, 32, seed=5))
+    cu = [0, 129, 169, 176]
+    tiles, pairs = (varlen_kernel().varlen_attention_bf16(q, k, v, cu, False, -1, 32 ** -0.5, amx)
+                    for amx in (True, False))
+    assert not torch.equal(tiles, pairs)
+    assert torch.equal(native_attention(q, k, v, cu, False, None, None), tiles)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+    assert bf16_products() == "AVX512-BF16"
+    assert torch.equal(native_attention(q, k, v, cu, False, None, None), pairs)
 
 
 @needs_kernel

@@ -17,6 +17,8 @@ import torch
 
 from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys
 
+from wde_cpu_kernels.cpu import amx_allowed
+
 LOAD_ERRORS: list[str] = []  # why the compiled module did not load, once it has failed
 logger = logging.getLogger(__name__)
 
@@ -63,9 +65,10 @@ def has_avx512_bf16() -> bool:
 
 
 def bf16_products() -> str:
-    """What computes the bf16 kernel's products on this CPU: ``"AMX tiles"`` or ``"AVX512-BF16"``."""
+    """What computes the bf16 kernel's products on this CPU: ``"AMX tiles"`` (where the CPU has them and oneDNN's
+    ISA cap admits AMX, ``cpu.amx_allowed``) or ``"AVX512-BF16"``."""
     kernel = varlen_kernel()
-    return "AMX tiles" if kernel is not None and kernel.amx_available() else "AVX512-BF16"
+    return "AMX tiles" if kernel is not None and kernel.amx_available() and amx_allowed() else "AVX512-BF16"
 
 
 def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None,
@@ -77,7 +80,8 @@ def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int |
     kernel, reach, cu_k = varlen_kernel(), -1 if window is None else window, list(cu_seqlens_k)
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
         if q.dtype == torch.bfloat16 and has_avx512_bf16():
-            return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha, cu_seqlens_k=cu_k)
+            return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha, amx=amx_allowed(),
+                                                cu_seqlens_k=cu_k)
         return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha,
                                        cu_seqlens_k=cu_k).to(q.dtype)
 

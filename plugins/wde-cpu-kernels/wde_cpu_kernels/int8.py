@@ -29,6 +29,8 @@ import torch
 
 from wde_core.plugin_api import LayerNorm, Linear
 
+from wde_cpu_kernels.cpu import amx_allowed, cpu_flags
+
 QMAX = 127.0
 ZERO_POINT = 128  # activations go to oneDNN as uint8: the symmetric int8 value + 128 (as int8 where AMX-INT8 is)
 OUTLIER_FACTOR = 2.0  # rows over twice the median row's largest magnitude run in the model's dtype
@@ -46,15 +48,12 @@ def int8_supported() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def signed_activations() -> bool:
-    """Whether activations go to oneDNN as int8 (zero point 0) instead of uint8 + 128: where the CPU has AMX-INT8,
-    whose kernels take them with no zero point to compensate (1.04x per GEMM at bge-base's shapes on a Xeon). Without
-    AMX, int8 activations fall to oneDNN's reference kernel (about 1,000x slower on a Zen 5), so uint8 it is there."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line for line in f if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return {"amx_int8", "amx_tile"} <= set(flags) and bool(getattr(torch.cpu, "_is_amx_tile_supported", bool)())
+    """Whether activations go to oneDNN as int8 (zero point 0) instead of uint8 + 128: where the CPU has AMX-INT8
+    and oneDNN's ISA cap admits it (``cpu.amx_allowed``), whose kernels take them with no zero point to compensate
+    (1.04x per GEMM at bge-base's shapes on a Xeon). Without AMX, int8 activations fall to oneDNN's reference kernel
+    (about 1,000x slower on a Zen 5), so uint8 it is there."""
+    amx_int8 = {"amx_int8", "amx_tile"} <= cpu_flags() and bool(getattr(torch.cpu, "_is_amx_tile_supported", bool)())
+    return amx_int8 and amx_allowed()
 
 
 def zero_point() -> int:

@@ -1,0 +1,34 @@
+"""What this CPU lets the kernels use: its flags, and whether AMX may run under oneDNN's ISA cap.
+
+``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) caps the instruction sets oneDNN dispatches to;
+``AVX512_CORE_BF16``, for instance, keeps a Sapphire Rapids Xeon off its AMX tiles. wde's own kernels follow the
+same cap, so that one variable gives a whole engine the non-AMX path: the int8 activations' form (uint8 + 128, the
+only form oneDNN has JIT kernels for without AMX) and the attention kernel's AVX512-BF16 products."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return frozenset(next((line for line in f if line.startswith("flags")), "").split()[2:])
+    except OSError:
+        return frozenset()
+
+
+def isa_cap() -> str:
+    """oneDNN's ISA cap from the environment, upper case; ``"ALL"`` where none is set."""
+    return next((os.environ[name] for name in ISA_CAP_VARIABLES if os.environ.get(name)), "ALL").strip().upper()
+
+
+def amx_allowed() -> bool:
+    """Whether oneDNN's ISA cap admits AMX: none set, ``ALL``/``DEFAULT``, or one of the AMX ISAs."""
+    cap = isa_cap()
+    return cap in ("ALL", "DEFAULT") or "AMX" in cap
