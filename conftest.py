@@ -540,13 +540,11 @@ def cosines(a, b):
 CI_SKIP_MESSAGE = "CI=true: skipped for a missing dependency: {reason}"
 
 
-def cpu_flags() -> set[str]:
+def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty where there is no such file."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
-    except OSError:
-        return set()
+    from wde_core.plugin_api import cpu_flags as core_cpu_flags  # imports torch: only when a test asks
+
+    return core_cpu_flags()
 
 
 def missing_hardware(reason: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -9,15 +10,23 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import cosines, minilm_path
-from wde_core import Engine
+from wde_core import Engine, plugin_api
 from wde_core.cli.main import cli
 
 
 def cpu_flags() -> set[str]:
+    """The flags line of /proc/cpuinfo read here, independently of ``wde_core.plugin_api.cpu_flags``."""
     path = Path("/proc/cpuinfo")
     if not path.exists():
         return set()
-    return set(next((line for line in path.read_text().splitlines() if line.startswith("flags")), "").split())
+    line = next((line for line in path.read_text().splitlines() if line.startswith("flags")), "flags :")
+    return set(line.partition(":")[2].split())
+
+
+def test_the_plugin_api_reads_the_cpus_flags():
+    assert plugin_api.cpu_flags() == frozenset(cpu_flags())
+    if Path("/proc/cpuinfo").exists() and platform.machine() == "x86_64":
+        assert {"fpu", "sse2"} <= plugin_api.cpu_flags()  # every x86-64 CPU lists them
 
 
 def test_inspect_says_what_bfloat16_would_give_on_this_cpu(isolated_host):

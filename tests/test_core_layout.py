@@ -52,8 +52,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # scheduler taking each turn's requests in one pass (the request-by-request loop kept for shared prefixes), token
 # types left out for single texts, CUDA engines on one torch thread with their startup heap frozen (123 lines): 3,460;
 # `wde serve --workers` lives in wde-server. Issue 26's LayerNorm, nn.LayerNorm with a kernel slot as Linear's, which
-# BERT uses (8 lines): 3,468; the compiled kernel and the choice to set it live in wde-cpu-kernels.
-CODE_LINE_BUDGET = 3468
+# BERT uses (8 lines): 3,468; the compiled kernel and the choice to set it live in wde-cpu-kernels. Issue 26's
+# `cpu_flags` in the plugin API, which the core's bf16 note, wde-cpu-kernels and the tests each read by hand before
+# (2 lines net): 3,470.
+CODE_LINE_BUDGET = 3470
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

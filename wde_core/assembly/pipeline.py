@@ -202,13 +202,19 @@ def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torc
     return device, dtype
 
 
-def cpu_bf16_note() -> str:
-    """What ``dtype="bfloat16"`` would give on this CPU, from its flags (AMX-BF16, AVX512-BF16)."""
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (``avx512_bf16``, ``amx_int8``, ...); empty
+    where that file cannot be read."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+            return frozenset(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), ()))
     except OSError:
-        flags = set()
+        return frozenset()
+
+
+def cpu_bf16_note() -> str:
+    """What ``dtype="bfloat16"`` would give on this CPU, from its flags (AMX-BF16, AVX512-BF16)."""
+    flags = cpu_flags()
     amx = "amx_bf16" in flags or bool(getattr(torch._C._cpu, "_init_amx", lambda: False)())
     if amx:
         return ("; this CPU has AMX-BF16: dtype='bfloat16' runs the linear layers on AMX, about 2x the float32 "

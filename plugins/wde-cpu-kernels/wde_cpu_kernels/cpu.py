@@ -1,4 +1,4 @@
-"""What this CPU lets the kernels use: its flags, and whether AMX may run under oneDNN's ISA cap.
+"""Whether AMX may run under oneDNN's ISA cap (the CPU's flags come from ``wde_core.plugin_api.cpu_flags``).
 
 ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) caps the instruction sets oneDNN dispatches to;
 ``AVX512_CORE_BF16``, for instance, keeps a Sapphire Rapids Xeon off its AMX tiles. wde's own kernels follow the
@@ -7,20 +7,9 @@ only form oneDNN has JIT kernels for without AMX) and the attention kernel's AVX
 
 from __future__ import annotations
 
-import functools
 import os
 
 ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return frozenset(next((line for line in f if line.startswith("flags")), "").split()[2:])
-    except OSError:
-        return frozenset()
 
 
 def isa_cap() -> str:

@@ -27,9 +27,9 @@ import functools
 
 import torch
 
-from wde_core.plugin_api import LayerNorm, Linear
+from wde_core.plugin_api import LayerNorm, Linear, cpu_flags
 
-from wde_cpu_kernels.cpu import amx_allowed, cpu_flags
+from wde_cpu_kernels.cpu import amx_allowed
 
 QMAX = 127.0
 ZERO_POINT = 128  # activations go to oneDNN as uint8: the symmetric int8 value + 128 (as int8 where AMX-INT8 is)
