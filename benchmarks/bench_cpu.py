@@ -18,6 +18,7 @@ per process and bubble fraction.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -113,6 +114,14 @@ def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
 GROUPS = {"fp32": ("float32", None), "bf16": ("bfloat16", None), "int8": ("bfloat16", "int8")}
 
 
+
+def isa_cap_note() -> str:
+    """The oneDNN ISA cap this run is under, if any (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an AMX Xeon measures the
+    path of a CPU without AMX: wde's kernels, torch's oneDNN and OpenVINO's all follow it)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return f"; oneDNN ISA cap {cap} (no AMX unless it names one)" if cap else ""
+
+
 def main() -> None:
     options = parser(__doc__)
     options.add_argument("--n", type=int, default=2000)
@@ -152,7 +161,7 @@ def main() -> None:
     print(f"{len(texts)} wiki paragraphs, {tokens} tokens (truncated at {max_len}); {args.threads} threads; "
           f"GEMM peak at the model's shapes: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s, int8 "
           f"{peaks['int8']:.0f} GOP/s (wde's int8 path, quantization included; {peaks['int8'] / peaks['bf16']:.2f}x "
-          f"bf16); {flops / 1e6:.1f} MFLOP/token in linear layers", flush=True)
+          f"bf16); {flops / 1e6:.1f} MFLOP/token in linear layers{isa_cap_note()}", flush=True)
     results, outputs, rounds = {}, {}, {}
     for group in args.dtypes.split(","):
         run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine)

@@ -35,6 +35,12 @@ QMAX = 127.0
 ZERO_POINT = 128  # activations go to oneDNN as uint8: the symmetric int8 value + 128 (as int8 where AMX-INT8 is)
 OUTLIER_FACTOR = 2.0  # rows over twice the median row's largest magnitude run in the model's dtype
 FFN_OUTLIER_FACTOR = 3.0  # for layers with an activation (FFN in): 1.4% of MiniLM's rows instead of 10%, 1.085x
+# oneDNN builds a primitive for every new row count (0.4-1.3 ms each on a Xeon; a first pass over 2,000 paragraphs met
+# 387 new ones, 9% of its time): the int8 GEMMs' rows are padded to a multiple of ROW_MULTIPLE (zero rows, dropped
+# from the output) and the outlier rows' count to one of OUTLIER_MULTIPLE (the last row repeated), so that batches
+# reuse the primitives of earlier ones
+ROW_MULTIPLE = 64
+OUTLIER_MULTIPLE = 16
 
 
 def int8_supported() -> str | None:
@@ -119,22 +125,32 @@ class Int8Kernel:
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``act(x @ W.T + b) + residual`` in ``x``'s dtype: the product in int8, outlier rows in ``x``'s dtype."""
         rows = x.reshape(-1, x.shape[-1])
+        multiple = 1 if self.adds_residual(residual) else ROW_MULTIPLE  # oneDNN's residual must match the rows
         with traced("wde::int8_quantize"):
             quantized, scale, outliers = _kernels().quantize_batch_uint8(rows, self.outlier_factor,
-                                                                         signed_activations())
+                                                                         signed_activations(), multiple)
         y = self.int8(x, scale, quantized, residual)
         if len(outliers):
             self.redo_in_dtype(y.view(-1, self.out_features), rows, outliers, residual)
         return y
 
     def redo_in_dtype(self, y: torch.Tensor, rows: torch.Tensor, outliers: torch.Tensor, residual) -> None:
-        """Recompute the outlier rows of ``y`` (clipped by the int8 scale) by the layer's own path, in place."""
-        res = None if residual is None else residual.reshape(-1, self.out_features).index_select(0, outliers)
-        y.index_copy_(0, outliers, self.layer.dense(rows.index_select(0, outliers), res))
+        """Recompute the outlier rows of ``y`` (clipped by the int8 scale) by the layer's own path, in place; their
+        count padded to a multiple of OUTLIER_MULTIPLE by repeating the last (computed twice, written once)."""
+        count = len(outliers)
+        padded = -(-count // OUTLIER_MULTIPLE) * OUTLIER_MULTIPLE
+        picked = torch.cat([outliers, outliers[-1:].expand(padded - count)]) if padded > count else outliers
+        res = None if residual is None else residual.reshape(-1, self.out_features).index_select(0, picked)
+        y.index_copy_(0, outliers, self.layer.dense(rows.index_select(0, picked), res)[:count])
+
+    def adds_residual(self, residual) -> bool:
+        """Whether oneDNN adds ``residual`` in its epilogue (a layer with no activation)."""
+        return residual is not None and self.post_op[0] == "none" and self.activation is None
 
     def int8(self, x: torch.Tensor, scale: float, quantized: torch.Tensor, residual) -> torch.Tensor:
-        """The int8 GEMM of the quantized rows, dequantized by oneDNN with the bias, activation and residual."""
-        if residual is not None and self.post_op[0] == "none" and self.activation is None:
+        """The int8 GEMM of the quantized rows (padded rows dropped), dequantized by oneDNN with the bias, activation
+        and residual."""
+        if self.adds_residual(residual):
             y = torch.ops.onednn.qlinear_pointwise.binary(
                 quantized, scale, zero_point(), self.packed, self.weight_scale, self.zero_points,
                 residual.reshape(-1, self.out_features).to(x.dtype), self.bias, 1.0, 0, x.dtype, 1.0, 0, "add", 1.0,
@@ -143,7 +159,7 @@ class Int8Kernel:
         y = torch.ops.onednn.qlinear_pointwise(quantized, scale, zero_point(), self.packed, self.weight_scale,
                                                self.zero_points,
                                                self.bias, 1.0, 0, x.dtype, self.post_op[0], [], self.post_op[1])
-        y = y.view(*x.shape[:-1], self.out_features)
+        y = y[:x.numel() // x.shape[-1]].view(*x.shape[:-1], self.out_features)
         if self.activation is not None:
             y = self.activation(y)
         return y if residual is None else y + residual
@@ -170,9 +186,11 @@ class PerTokenInt8Kernel:
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ W.T + b + residual`` in ``x``'s dtype, each row of ``x`` quantized with its own scale."""
         with traced("wde::int8_quantize_rows"):
-            quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]), signed_activations())
+            quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]), signed_activations(),
+                                                               ROW_MULTIPLE)
         products = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, zero_point(), self.packed, self.weight_scale,
                                                       self.zero_points, None, 1.0, 0, torch.float32, "none", [], "")
+        products = products[:len(scales)]  # the padding rows' products dropped
         with traced("wde::int8_dequantize_rows"):
             y = _kernels().dequantize_rows(products, scales, self.bias, residual, x.dtype == torch.bfloat16)
         return y.view(*x.shape[:-1], self.out_features)
@@ -203,16 +221,25 @@ class _TorchQuantizer:
         return torch.quantize_per_tensor(rows.float(), scale, ZERO_POINT, torch.quint8).int_repr()
 
     @staticmethod
-    def quantize_batch_uint8(rows: torch.Tensor, factor: float,
-                             int8: bool = False) -> tuple[torch.Tensor, float, torch.Tensor]:
+    def quantize_batch_uint8(rows: torch.Tensor, factor: float, int8: bool = False,
+                             row_multiple: int = 1) -> tuple[torch.Tensor, float, torch.Tensor]:
         scale, outliers = activation_scale(rows, factor)
-        return _TorchQuantizer.quantize_uint8(rows, scale, int8), scale, outliers
+        quantized = _TorchQuantizer.quantize_uint8(rows, scale, int8)
+        return _TorchQuantizer.padded(quantized, row_multiple, 0 if int8 else ZERO_POINT), scale, outliers
 
     @staticmethod
-    def quantize_rows_uint8(rows: torch.Tensor, int8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def quantize_rows_uint8(rows: torch.Tensor, int8: bool = False,
+                            row_multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         scales = rows.abs().amax(dim=1).float().clamp(min=1e-8) / QMAX
         quantized = torch.round(rows.float() / scales[:, None]).clamp(-QMAX - 1, QMAX)
-        return (quantized.to(torch.int8) if int8 else (quantized + ZERO_POINT).to(torch.uint8)), scales
+        quantized = quantized.to(torch.int8) if int8 else (quantized + ZERO_POINT).to(torch.uint8)
+        return _TorchQuantizer.padded(quantized, row_multiple, 0 if int8 else ZERO_POINT), scales
+
+    @staticmethod
+    def padded(quantized: torch.Tensor, row_multiple: int, zero: int) -> torch.Tensor:
+        """``quantized`` with rows of the zero point appended up to a multiple of ``row_multiple``."""
+        extra = -len(quantized) % row_multiple
+        return torch.cat([quantized, quantized.new_full((extra, quantized.shape[1]), zero)]) if extra else quantized
 
     @staticmethod
     def dequantize_rows(products, scales, bias, residual, bfloat16: bool) -> torch.Tensor:

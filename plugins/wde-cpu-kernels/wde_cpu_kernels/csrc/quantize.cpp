@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -143,14 +144,21 @@ at::Tensor row_absmax(const at::Tensor& x) {
 }
 
 // int8 activations (`int8`: oneDNN's AMX-INT8 kernels take them, with no zero point to compensate) or uint8 with zero
-// point 128 (every int8 ISA): the output tensor and the byte that turns int8 into it
-std::pair<at::Tensor, uint8_t> quantized_like(const at::Tensor& x, bool int8) {
-  return {at::empty({x.size(0), x.size(1)}, x.options().dtype(int8 ? at::kChar : at::kByte)), int8 ? 0 : 0x80};
+// point 128 (every int8 ISA): the output tensor and the byte that turns int8 into it. The output's rows are x's rounded
+// up to a multiple of `row_multiple`, the padding rows all zero (the zero point): oneDNN builds a primitive for every
+// new row count, so padded batches reuse the few it has built.
+std::pair<at::Tensor, uint8_t> quantized_like(const at::Tensor& x, bool int8, int64_t row_multiple) {
+  TORCH_CHECK(row_multiple >= 1, "row_multiple must be at least 1");
+  const int64_t rows = x.size(0), padded = (rows + row_multiple - 1) / row_multiple * row_multiple;
+  const uint8_t flip = int8 ? 0 : 0x80;
+  at::Tensor out = at::empty({padded, x.size(1)}, x.options().dtype(int8 ? at::kChar : at::kByte));
+  std::memset(static_cast<uint8_t*>(out.data_ptr()) + rows * x.size(1), flip, (padded - rows) * x.size(1));
+  return {out, flip};
 }
 
-at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8) {
+at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8, int64_t row_multiple) {
   check_rows(x);
-  auto [out, flip] = quantized_like(x, int8);
+  auto [out, flip] = quantized_like(x, int8, row_multiple);
   const float inv = static_cast<float>(1.0 / scale);
   auto* q = static_cast<uint8_t*>(out.data_ptr());
   if (x.scalar_type() == at::kFloat)
@@ -163,7 +171,8 @@ at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8) {
 // row_absmax, the outlier rows and the scale of the rest, and quantize_uint8 in one call: the scale is the largest
 // magnitude of the rows at most `factor` times the median row's (torch.median's lower median) / 127, the outliers are
 // the others (their indices, ascending), and every row is quantized with that scale (the outliers saturate).
-std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8) {
+std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8,
+                                                                int64_t row_multiple) {
   check_rows(x);
   const int64_t rows = x.size(0);
   TORCH_CHECK(rows > 0, "expected at least one row");
@@ -182,15 +191,15 @@ std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor
     else largest = std::max(largest, mags[r]);
   }
   const double scale = std::max(static_cast<double>(largest), 1e-8) / 127.0;
-  at::Tensor quantized = quantize_uint8(x, scale, int8);
+  at::Tensor quantized = quantize_uint8(x, scale, int8, row_multiple);
   at::Tensor outliers = at::empty({static_cast<int64_t>(outlying.size())}, x.options().dtype(at::kLong));
   std::copy(outlying.begin(), outlying.end(), outliers.data_ptr<int64_t>());
   return {quantized, scale, outliers};
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8) {
+std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8, int64_t row_multiple) {
   check_rows(x);
-  auto [out, flip] = quantized_like(x, int8);
+  auto [out, flip] = quantized_like(x, int8, row_multiple);
   auto scales = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
   auto* q = static_cast<uint8_t*>(out.data_ptr());
   if (x.scalar_type() == at::kFloat)

@@ -153,10 +153,11 @@ bool amx_available();
 #endif
 
 at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
-at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8);  // quantize.cpp
-std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8);  // quantize.cpp
-std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor,
-                                                                bool int8);  // quantize.cpp
+at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8, int64_t row_multiple);  // quantize.cpp
+std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8,
+                                                       int64_t row_multiple);  // quantize.cpp
+std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8,
+                                                                int64_t row_multiple);  // quantize.cpp
 at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
                            const c10::optional<at::Tensor>& residual, bool bfloat16);  // quantize.cpp
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);  // layer_norm.cpp
@@ -165,13 +166,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
         py::call_guard<py::gil_scoped_release>());
   m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8), "
-        "or as int8 with int8=True",
-        py::arg("x"), py::arg("scale"), py::arg("int8") = false, py::call_guard<py::gil_scoped_release>());
+        "or as int8 with int8=True; rows padded with zeros to a multiple of row_multiple",
+        py::arg("x"), py::arg("scale"), py::arg("int8") = false, py::arg("row_multiple") = 1,
+        py::call_guard<py::gil_scoped_release>());
   m.def("quantize_batch_uint8", &quantize_batch_uint8, "One scale for the rows at most `factor` times the median "
-        "row's largest magnitude, those rows' indices (outliers), and all rows quantized with it (+ 128, uint8)",
-        py::arg("x"), py::arg("factor"), py::arg("int8") = false, py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_rows_uint8", &quantize_rows_uint8, "Symmetric int8 of each row with its own scale, + 128; and the "
-        "scales", py::arg("x"), py::arg("int8") = false, py::call_guard<py::gil_scoped_release>());
+        "row's largest magnitude, those rows' indices (outliers), and all rows quantized with it (+ 128, uint8; "
+        "padded with zero rows to a multiple of row_multiple)",
+        py::arg("x"), py::arg("factor"), py::arg("int8") = false, py::arg("row_multiple") = 1,
+        py::call_guard<py::gil_scoped_release>());
+  m.def("quantize_rows_uint8", &quantize_rows_uint8, "Symmetric int8 of each row with its own scale, + 128 (padded "
+        "with zero rows to a multiple of row_multiple); and the scales of x's rows", py::arg("x"),
+        py::arg("int8") = false, py::arg("row_multiple") = 1, py::call_guard<py::gil_scoped_release>());
   m.def("dequantize_rows", &dequantize_rows, "acc * row scale + bias + residual, as float32 or bfloat16",
         py::arg("acc"),
         py::arg("scales"), py::arg("bias"), py::arg("residual"), py::arg("bfloat16"),
