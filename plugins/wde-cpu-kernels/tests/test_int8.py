@@ -5,7 +5,6 @@ cross-encoder's ranking (Spearman against float32), the refusals, and what `wde 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
