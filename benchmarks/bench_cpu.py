@@ -18,7 +18,6 @@ per process and bubble fraction.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import tempfile
@@ -114,12 +113,13 @@ def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
 GROUPS = {"fp32": ("float32", None), "bf16": ("bfloat16", None), "int8": ("bfloat16", "int8")}
 
 
-
 def isa_cap_note() -> str:
     """The oneDNN ISA cap this run is under, if any (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on an AMX Xeon measures the
     path of a CPU without AMX: wde's kernels, torch's oneDNN and OpenVINO's all follow it)."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
-    return f"; oneDNN ISA cap {cap} (no AMX unless it names one)" if cap else ""
+    from wde_cpu_kernels.cpu import isa_cap
+
+    cap = isa_cap()
+    return f"; oneDNN ISA cap {cap} (no AMX unless it names one)" if cap != "ALL" else ""
 
 
 def main() -> None:
