@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,3 +100,33 @@ def gone(pid: int) -> bool:
         return "zombie" in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return True
+
+
+LATE_UVICORN = """
+import sys, time, uvicorn
+run = uvicorn.Server.run
+def late_run(self, *args, **kwargs):  # the window between the engines' load and uvicorn's own signal handlers
+    print("BEFORE-UVICORN", file=sys.stderr, flush=True)
+    time.sleep(3)
+    return run(self, *args, **kwargs)
+uvicorn.Server.run = late_run
+from wde_core.cli.main import main
+main()
+"""
+
+
+def test_a_sigterm_before_uvicorn_takes_the_signals_still_stops_the_server(tiny_bert_dir):
+    """A worker told to stop by ``--workers``' parent right after its engines loaded, before uvicorn installed its
+    handlers, once swallowed the signal and then served on (the parent waited for it forever)."""
+    proc = subprocess.Popen([sys.executable, "-c", LATE_UVICORN, "serve", str(tiny_bert_dir), "--host", "127.0.0.1",
+                             "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while "BEFORE-UVICORN" not in "".join(lines) and proc.poll() is None and len(lines) < 500:
+            lines.append(proc.stderr.readline())
+        assert proc.poll() is None, "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+        proc.wait()

@@ -112,14 +112,14 @@ def serve(models, host, port, names, engine_args, log_level, workers, worker, **
         app.state.allocator = applied
     except (LookupError, ValueError, TypeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    # uvicorn re-raises the signal that stopped it once it has drained; a handler that ignores the
-    # re-raised signal lets the command exit 0 after a graceful stop
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, lambda *_: None)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, limit_concurrency=None,
                             timeout_graceful_shutdown=options.graceful_timeout,
                             http=protocol_with_header_timeout(options.header_timeout))
     server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once it has drained: this handler takes that one (the command
+    # exits 0 after a graceful stop) and one that comes before uvicorn's own handlers (it then starts and stops at once)
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, lambda *_: setattr(server, "should_exit", True))
     try:  # as uvicorn.run does, with this worker's shared-port socket where the parent started it
         server.run(sockets=[reuse_port_socket(host, port)] if worker else None)
     except KeyboardInterrupt:
