@@ -54,8 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # `wde serve --workers` lives in wde-server. Issue 26's LayerNorm, nn.LayerNorm with a kernel slot as Linear's, which
 # BERT uses (8 lines): 3,468; the compiled kernel and the choice to set it live in wde-cpu-kernels. Issue 26's
 # `cpu_flags` in the plugin API, which the core's bf16 note, wde-cpu-kernels and the tests each read by hand before
-# (2 lines net): 3,470.
-CODE_LINE_BUDGET = 3470
+# (2 lines net): 3,470. The CPU row padding of packed batches (`FlatBatchBuilder`, `ModelInput.padding`), which keeps
+# oneDNN's primitives cached for batches of new token counts (bf16 MiniLM 1.2-1.37x on unseen texts), 20 lines: 3,490.
+CODE_LINE_BUDGET = 3490
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 

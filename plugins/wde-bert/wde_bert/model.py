@@ -69,6 +69,7 @@ class BertEncoder(nn.Module):
     """``BertModel`` without its pooler: packed tokens in, last hidden states ``[T, H]`` out."""
 
     supports_tensor_parallel = True
+    takes_padding_rows = True  # the core's CPU row padding: dropped below, before any head sees the states
     pipeline_layers, pipeline_inputs = "layers", ("embeddings",)  # cut points (wde-pipeline-parallel)
     checkpoint_prefix = "bert."
     skipped_prefixes = ("pooler.", "cls.", "embeddings.position_ids")
@@ -87,7 +88,7 @@ class BertEncoder(nn.Module):
         x = self.embeddings(model_input.input_ids, model_input.positions, model_input.token_type_ids)
         for layer in self.layers:
             x = layer(x, model_input.attn_metadata)
-        return x
+        return model_input.drop_padding(x)
 
     def map_checkpoint_name(self, name: str):
         """Map an HF checkpoint name to ``(parameter, rows)``; ``None`` for weights not used."""
@@ -107,6 +108,8 @@ class BertEncoder(nn.Module):
 class BertTokenClassifier(BertEncoder):
     """``BertForTokenClassification``: the encoder, then ``classifier`` on every token; its forward returns the
     logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them as such)."""
+
+    takes_padding_rows = True
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)

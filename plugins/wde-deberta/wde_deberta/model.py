@@ -129,6 +129,8 @@ class DebertaLayer(nn.Module):
 class DebertaV2Encoder(nn.Module):
     """``DebertaV2Model``: packed tokens in, last hidden states ``[T, H]`` out."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     checkpoint_prefix = "deberta."
     skipped_prefixes = ("embeddings.position_ids", "lm_predictions.", "mask_predictions.", "cls.")
 
@@ -167,7 +169,7 @@ class DebertaV2Encoder(nn.Module):
             blocks = plan(meta.seq_lens, starts, self.spec, x.device)
         for layer in self.layers:
             x = layer(x, meta, blocks)
-        return x
+        return model_input.drop_padding(x)
 
     def map_checkpoint_name(self, name: str):
         """Map an HF checkpoint name to ``(parameter, rows)``; ``None`` for weights not used."""
@@ -194,6 +196,8 @@ class DebertaV2Encoder(nn.Module):
 class DebertaV2CrossEncoder(DebertaV2Encoder):
     """``DebertaV2ForSequenceClassification``: first token -> pooler (dense, ``pooler_hidden_act``) -> classifier."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)
         size = getattr(config, "pooler_hidden_size", config.hidden_size)
@@ -217,6 +221,8 @@ class DebertaV2CrossEncoder(DebertaV2Encoder):
 class DebertaV2TokenClassifier(DebertaV2Encoder):
     """``DebertaV2ForTokenClassification``: the encoder, then ``classifier`` on every token; its forward returns
     the logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them as such)."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)

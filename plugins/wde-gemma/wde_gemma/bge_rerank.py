@@ -38,6 +38,8 @@ def configure_bge_gemma(propose, directory, args) -> None:
 class GemmaYesReranker(AnswerRows, GemmaEmbedder):
     """The Gemma decoder plus a one-row head: the language-model head's (or tied embeddings') "Yes" row."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)
         self.init_answer_rows(config, settings, tied_by_default=True)

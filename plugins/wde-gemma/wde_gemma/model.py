@@ -85,6 +85,8 @@ class GemmaLayer(nn.Module):
 class GemmaEmbedder(nn.Module):
     """``Gemma3TextModel`` / ``GemmaModel``: packed tokens in, last hidden states (after the final norm) ``[T, H]``."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         if getattr(config, "attn_logit_softcapping", None) is not None:
@@ -104,7 +106,7 @@ class GemmaEmbedder(nn.Module):
 
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
-        return self.decode(self.scaled_embeddings(model_input.input_ids), model_input)
+        return model_input.drop_padding(self.decode(self.scaled_embeddings(model_input.input_ids), model_input))
 
     def scaled_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The tokens' embeddings times ``sqrt(hidden_size)`` (in the embeddings' dtype, as transformers does)."""

@@ -91,6 +91,8 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 class ModernBertEncoder(nn.Module):
     """``ModernBertModel``: packed tokens in, final-norm hidden states ``[T, H]`` out."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         if config.hidden_size % config.num_attention_heads:
@@ -111,7 +113,7 @@ class ModernBertEncoder(nn.Module):
         tables = {kind: rotary(model_input.positions) for kind, rotary in self.rotary.items()}
         for layer in self.layers:
             x = layer(x, *tables[layer.kind], model_input.attn_metadata)
-        return self.final_norm(x)
+        return self.final_norm(model_input.drop_padding(x))
 
     def after_load_weights(self) -> None:
         """Compute the RoPE tables (buffers come out of meta construction empty)."""
@@ -127,6 +129,8 @@ class ModernBertEncoder(nn.Module):
 class ModernBertCrossEncoder(ModernBertEncoder):
     """``ModernBertForSequenceClassification``: pooled (CLS or mean, ``classifier_pooling``) -> dense, activation,
     LayerNorm (HF's ``ModernBertPredictionHead``, here ``prediction``) -> classifier."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)
@@ -152,6 +156,8 @@ class ModernBertTokenClassifier(ModernBertCrossEncoder):
     """``ModernBertForTokenClassification``: every token through the prediction head (dense, activation, LayerNorm)
     and ``classifier``; its forward returns the logits ``[T, num_labels]`` as the token states (the core's
     token_classify task reads them as such)."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     def forward(self, model_input) -> torch.Tensor:
         """Per-token logits ``[T, num_labels]``."""

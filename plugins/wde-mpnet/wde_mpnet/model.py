@@ -45,6 +45,8 @@ class MPNetEncoder(nn.Module):
     The relative position bias is computed once per batch and shared by every layer, as in HF.
     """
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     checkpoint_prefix = "mpnet."
     skipped_prefixes = ("pooler.", "lm_head.", "embeddings.position_ids")
 
@@ -63,7 +65,7 @@ class MPNetEncoder(nn.Module):
         metadata = self.attention.prepare(model_input.attn_metadata, bias, x.dtype)
         for layer in self.layers:
             x = layer(x, metadata)
-        return x
+        return model_input.drop_padding(x)
 
     def map_checkpoint_name(self, name: str):
         """Map an HF checkpoint name to ``(parameter, rows)``; ``None`` for weights not used."""

@@ -75,9 +75,10 @@ def prepared(engine, items) -> list[Request]:
 
 
 def engine_tokens(engine, items):
-    """The packed token ids and positions of ``items`` in one batch."""
+    """The packed token ids and positions of ``items`` in one batch (without the CPU padding rows)."""
     model_input = engine.builder.build(prepared(engine, items))
-    return model_input.input_ids, model_input.positions
+    tokens = int(model_input.cu_seqlens[-1])
+    return model_input.input_ids[:tokens], model_input.positions[:tokens]
 
 
 def common_prefix(token_lists: list[list[int]]) -> int:

@@ -115,6 +115,8 @@ class AnswerRows:
 class Qwen3YesNoReranker(AnswerRows, DecoderEmbedder):
     """The decoder plus a two-row head: the language-model head's "yes" and "no" rows (mxbai-rerank-v2: "1", "0")."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)
         self.init_answer_rows(config, settings, tied_by_default=False)

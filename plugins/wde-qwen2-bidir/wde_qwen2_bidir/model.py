@@ -109,6 +109,8 @@ class DecoderEmbedder(nn.Module):
     the language-model head is skipped. Supports tensor parallelism (``wde_core.plugin_api`` parallel layers).
     """
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     supports_tensor_parallel = True
     pipeline_layers, pipeline_inputs = "layers", ("embed_tokens",)  # cut points (wde-pipeline-parallel)
 
@@ -124,7 +126,7 @@ class DecoderEmbedder(nn.Module):
 
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states of every packed token; positions restart at 0 in each sequence."""
-        return self.decode(self.embed_tokens(model_input.input_ids), model_input)
+        return model_input.drop_padding(self.decode(self.embed_tokens(model_input.input_ids), model_input))
 
     def decode(self, x: torch.Tensor, model_input, rotary: tuple[torch.Tensor, torch.Tensor] | None = None,
                after_layer=None) -> torch.Tensor:

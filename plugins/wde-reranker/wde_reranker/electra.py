@@ -15,6 +15,8 @@ from wde_core.plugin_api import Linear
 class ElectraEncoder(BertEncoder):
     """``ElectraModel`` (the discriminator's encoder): packed tokens in, last hidden states ``[T, H]`` out."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     checkpoint_prefix = "electra."
     skipped_prefixes = ("embeddings.position_ids", "embeddings.token_type_ids", "discriminator_predictions.",
                         "generator_predictions.", "generator_lm_head.", "classifier.")
@@ -34,11 +36,13 @@ class ElectraEncoder(BertEncoder):
             x = self.embeddings_project(x)
         for layer in self.layers:
             x = layer(x, model_input.attn_metadata)
-        return x
+        return model_input.drop_padding(x)
 
 
 class ElectraCrossEncoder(ElectraEncoder):
     """``ElectraForSequenceClassification``: first token -> classifier.dense, GELU -> classifier.out_proj."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     skipped_prefixes = tuple(p for p in ElectraEncoder.skipped_prefixes if p != "classifier.")
 

@@ -17,6 +17,8 @@ from wde_xlm_roberta.public import XLMRobertaEncoder
 class BertCrossEncoder(BertEncoder):
     """``BertForSequenceClassification``: CLS -> pooler (dense, tanh) -> classifier."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     skipped_prefixes = ("cls.", "embeddings.position_ids")
 
     def __init__(self, config, attention, settings=None) -> None:
@@ -32,6 +34,8 @@ class BertCrossEncoder(BertEncoder):
 
 class XLMRobertaCrossEncoder(XLMRobertaEncoder):
     """``XLMRobertaForSequenceClassification``: CLS -> classifier.dense, tanh -> classifier.out_proj."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     skipped_prefixes = ("lm_head.", "embeddings.token_type_ids", "embeddings.position_ids", "pooler.")
 

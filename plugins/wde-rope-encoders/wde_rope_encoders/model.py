@@ -88,6 +88,8 @@ class RopeEncoderLayer(nn.Module):
 class RopeEncoder(nn.Module):
     """``NomicBertModel`` / ``GteModel`` without a pooler: packed tokens in, last hidden states ``[T, H]`` out."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         config = adopt_original_keys(config)  # nomic-ai's remote-code config keys, if that is how it is written
@@ -105,7 +107,7 @@ class RopeEncoder(nn.Module):
         cos, sin = self.rotary(model_input.positions)
         for layer in self.layers:
             x = layer(x, cos, sin, model_input.attn_metadata)
-        return x
+        return model_input.drop_padding(x)
 
     def after_load_weights(self) -> None:
         """Compute the RoPE tables (buffers come out of meta construction empty)."""
@@ -132,6 +134,8 @@ class RopeEncoder(nn.Module):
 class RopeCrossEncoder(RopeEncoder):
     """``GteForSequenceClassification`` / ``NomicBertForSequenceClassification``: the first token -> pooler
     (dense + tanh) -> classifier, as HF's heads do."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__(config, attention, settings)

@@ -118,7 +118,7 @@ def test_heads_run_only_when_a_batch_asks(engine):
     model_input = engine.builder.build(requests)
     with torch.inference_mode():
         heads = engine.executor.worker.model(model_input)
-    assert set(heads) == {"hidden", "sparse"} and heads["sparse"].shape == (model_input.input_ids.shape[0],)
+    assert set(heads) == {"hidden", "sparse"} and heads["sparse"].shape == (int(model_input.cu_seqlens[-1]),)
 
 
 def test_mixed_output_requests_share_one_batch(m3_dir, reference):

@@ -24,6 +24,8 @@ def has_bge_m3_heads(directory) -> str | None:
 class BgeM3Model(XLMRobertaEncoder):
     """The XLM-R encoder plus bge-m3's sparse and ColBERT heads, run only when a batch asks."""
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     extra_checkpoint_files = HEAD_FILES
 
     def __init__(self, config, attention, settings=None) -> None:

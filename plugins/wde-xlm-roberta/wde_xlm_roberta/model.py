@@ -16,6 +16,8 @@ class XLMRobertaEncoder(BertEncoder):
     ``position_offset``); there is one token type.
     """
 
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
     checkpoint_prefix = "roberta."
     skipped_prefixes = BertEncoder.skipped_prefixes + ("lm_head.", "embeddings.token_type_ids", "classifier.")
 
@@ -29,6 +31,8 @@ class XLMRobertaEncoder(BertEncoder):
 class XLMRobertaTokenClassifier(XLMRobertaEncoder):
     """``XLMRobertaForTokenClassification`` (and RoBERTa's): the encoder, then ``classifier`` on every token; its
     forward returns the logits ``[T, num_labels]`` as the token states (the core's token_classify task reads them)."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
 
     skipped_prefixes = tuple(p for p in XLMRobertaEncoder.skipped_prefixes if p != "classifier.")
 
