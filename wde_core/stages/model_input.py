@@ -116,10 +116,11 @@ def takes_padding_rows(model_class: type) -> bool:
 
 
 def padding_rows(total: int) -> int:
-    """Rows to add to a CPU batch of ``total`` tokens: to a multiple of 16 up to 512 rows, of 64 above. oneDNN
-    builds a matrix-product primitive (about 7 ms for bf16 on AMX) for every new row count and keeps 1,024; with
-    these steps a 4,096-token budget makes 88 row counts per layer shape, so they stay cached."""
-    return -total % (16 if total <= 512 else 64)
+    """Rows to add to a CPU batch of ``total`` tokens: up to the next multiple of a sixteenth of its power of two
+    (none below 32 rows, 2s from 32, 4s from 64, ... 128s from 2,048), so at most 1/16 more rows. oneDNN builds a
+    matrix-product primitive (about 7 ms for bf16 on AMX) for every new row count and keeps 1,024: with these steps
+    a 4,096-token budget makes 144 row counts per layer shape, so they stay cached."""
+    return -total % (1 << max(total.bit_length() - 5, 0))
 
 
 def _flat(requests: list[Request], skipped: list[int], field: str, total: int) -> np.ndarray:

@@ -136,11 +136,11 @@ def test_batches_mixing_requests_with_and_without_token_types_give_zeros_to_the_
     with types (a pair) gets zeros for it, and the token states match HF given those zeros."""
     directory, reference = bert_case
     engine = Engine(str(directory), device="cpu", attention_backend="torch_sdpa")
-    requests = random_requests(reference.config, [5, 9, 3], seed=2)
+    requests = random_requests(reference.config, [5, 9, 21], seed=2)
     requests[0].token_type_ids = requests[2].token_type_ids = None
     model_input = engine.builder.build(requests)
-    padding = [0] * model_input.padding  # the CPU row padding's rows (17 tokens: 15 of them) have type 0 too
-    assert model_input.token_type_ids.tolist() == [0] * 5 + requests[1].token_type_ids + [0] * 3 + padding
+    assert model_input.padding == 1  # the CPU row padding's row (35 tokens, in steps of 2) has type 0 too
+    assert model_input.token_type_ids.tolist() == [0] * 5 + requests[1].token_type_ids + [0] * 22
     ours = wde_states(engine, requests)
     for r in requests:
         r.token_type_ids = r.token_type_ids or [0] * r.num_tokens
