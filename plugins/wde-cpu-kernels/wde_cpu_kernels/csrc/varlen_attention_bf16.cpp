@@ -2,7 +2,9 @@
 // (vdpbf16ps: two bf16 products per fp32 lane), softmax in fp32; on AMX CPUs by tile products instead
 // (varlen_attention_amx.cpp). Keys are packed as (d, d+1) pairs per key,
 // values as (row j, row j+1) pairs per head dim, probabilities rounded to bf16 for the weighted sum (as a
-// bf16 matrix product would), their exps by a short polynomial (softmax_rows_bf16). Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
+// bf16 matrix product would), their exps by a short polynomial (softmax_rows_bf16; where every row of a register
+// block sees all the keys it scored, softmax_full_rows_bf16 with the rows' maxima taken from the scores' registers).
+// Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
 #include <torch/extension.h>
 
 #include <cstring>
@@ -22,12 +24,12 @@ struct Bf16 {
     sc.p.resize(static_cast<size_t>(ROWS) * width);
   }
 
-  template <int NC>  // NC vectors of 16 keys from j
-  static void scores_part(const uint16_t* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0) {
+  template <int NC>  // NC vectors of 16 keys from j, the last one's keys up to j1; rows' running max in sc.rowmax
+  static void scores_part(const uint16_t* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0, int j1) {
     __m512 acc[ROWS][NC];
     zero(acc);
-    for (int d = 0; d < D; d += 2) {
-      const uint32_t* krow = sc.kt.data() + static_cast<size_t>(d / 2) * width + j;
+    const uint32_t* krow = sc.kt.data() + j;
+    for (int d = 0; d < D; d += 2, krow += width) {
       __m512i kv[NC];
       _Pragma("GCC unroll 16")
       for (int c = 0; c < NC; ++c) kv[c] = _mm512_loadu_si512(krow + 16 * c);
@@ -42,6 +44,15 @@ struct Bf16 {
     for (int r = 0; r < ROWS; ++r)
       _Pragma("GCC unroll 16")
       for (int c = 0; c < NC; ++c) _mm512_storeu_ps(sc.s.data() + r * width + (j - j0) + 16 * c, acc[r][c]);
+    const int tail_keys = std::min(16, j1 - j - 16 * (NC - 1));
+    const __mmask16 tail = static_cast<__mmask16>((1u << tail_keys) - 1u);
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < ROWS; ++r) {
+      __m512 m = sc.rowmax[r];
+      _Pragma("GCC unroll 16")
+      for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
+      sc.rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
+    }
   }
 
   // Scores of keys [j0, j1) in blocks of KEYS, the last block only as many vectors of 16 as it needs (short
@@ -49,18 +60,27 @@ struct Bf16 {
   static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     const uint16_t* qrow[ROWS];
     block_rows(h.q, h.qs, i, rows, qrow);
+    for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm512_set1_ps(-INFINITY);
+    sc.scored_to = j1;
     int j = j0;
-    for (; j + KEYS <= j1; j += KEYS) scores_part<4>(qrow, sc, width, D, j, j0);
+    for (; j + KEYS <= j1; j += KEYS) scores_part<4>(qrow, sc, width, D, j, j0, j1);
     switch ((j1 - j + 15) / 16) {
-      case 4: scores_part<4>(qrow, sc, width, D, j, j0); break;
-      case 3: scores_part<3>(qrow, sc, width, D, j, j0); break;
-      case 2: scores_part<2>(qrow, sc, width, D, j, j0); break;
-      case 1: scores_part<1>(qrow, sc, width, D, j, j0); break;
+      case 4: scores_part<4>(qrow, sc, width, D, j, j0, j1); break;
+      case 3: scores_part<3>(qrow, sc, width, D, j, j0, j1); break;
+      case 2: scores_part<2>(qrow, sc, width, D, j, j0, j1); break;
+      case 1: scores_part<1>(qrow, sc, width, D, j, j0, j1); break;
       default: break;
     }
   }
 
+  // Rows that each see every key the block scored (no causal or window edge inside it) take the fast softmax.
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
+    bool full = true;
+    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == sc.scored_to;
+    if (full) {
+      softmax_full_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, sc.scored_to, sc.rowmax, scale, sc.inv.data());
+      return;
+    }
     softmax_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, j1, lo, hi, scale, sc.inv.data());
   }
 
@@ -69,14 +89,16 @@ struct Bf16 {
                                    int j1, int c0) {
     __m512 acc[ROWS][NC];
     zero(acc);
-    for (int j = j0; j < j1; j += 2) {  // j0 is even; a pair past j1 has probability 0
-      const uint32_t* vrow = sc.vp.data() + static_cast<size_t>(j / 2) * D + c0;
+    const uint32_t* vrow = sc.vp.data() + static_cast<size_t>(j0 / 2) * D + c0;
+    const uint16_t* pcol = sc.p.data();
+    const uint16_t* const pend = pcol + (j1 - j0);
+    for (; pcol < pend; pcol += 2, vrow += D) {  // j0 is even; a pair past j1 has probability 0
       __m512i vv[NC];
       _Pragma("GCC unroll 16")
       for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_si512(vrow + 16 * c);
       _Pragma("GCC unroll 16")
       for (int r = 0; r < ROWS; ++r) {
-        const __m512i pb = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(sc.p.data() + r * width + (j - j0)));
+        const __m512i pb = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(pcol + r * width));
         _Pragma("GCC unroll 16")
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bh(pb), as_bh(vv[c]));
       }
