@@ -52,7 +52,7 @@ def test_padded_batches_keep_hf_states(tmp_path, backend):
         assert (ours - theirs).abs().max().item() <= 1e-4
 
 
-def test_no_padding_off_the_cpu_or_with_a_stepped_total(tmp_path):
+def test_no_padding_off_the_cpu_when_quantized_or_with_a_stepped_total(tmp_path):
     directory = save_random_bert(tmp_path, seed=3)
     engine = Engine(str(directory), device="cpu")
     requests = [Request(index=i, text="", token_ids=list(range(100, 116))) for i in range(4)]  # 64 tokens
@@ -61,6 +61,8 @@ def test_no_padding_off_the_cpu_or_with_a_stepped_total(tmp_path):
     assert engine.builder.build(odd).padding == 1
     on_cuda = dataclasses.replace(engine.pipeline, device=torch.device("cuda"))  # the builder only reads it
     assert FlatBatchBuilder(on_cuda, engine.attention).build(odd).padding == 0
+    quantized = dataclasses.replace(engine.pipeline, quantize="wde_cpu_kernels.int8:quantize_model")
+    assert FlatBatchBuilder(quantized, engine.attention).build(odd).padding == 0  # its kernels pad their own rows
 
 
 PRIMITIVE_PROBE = """

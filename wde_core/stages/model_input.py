@@ -67,14 +67,16 @@ class FlatBatchBuilder:
     """Concatenates the requests' tokens; no sequence is padded. Requests marked with the same
     ``shared_prefix`` hold their common leading tokens once (:mod:`wde_core.stages.shared_prefix`) where the
     model is causal, pools the last token and the attention backend ``supports_shared_prefix``. On CPU, for a
-    model class that ``takes_padding_rows``, the batch's row count is rounded up (:func:`padding_rows`)."""
+    model class that ``takes_padding_rows``, the batch's row count is rounded up (:func:`padding_rows`), unless a
+    quantizer replaced its linear layers' kernels (wde-cpu-kernels' int8 kernels pad their own rows)."""
 
     def __init__(self, pipeline, attention_backend) -> None:
         self.attention = attention_backend
         self.causal = pipeline.settings.causal
         self.position_offset = pipeline.settings.position_offset
         self.may_share = shares_prefixes(pipeline) and getattr(attention_backend, "supports_shared_prefix", False)
-        self.pads = pipeline.device.type == "cpu" and takes_padding_rows(import_target(pipeline.link.model))
+        self.pads = (pipeline.device.type == "cpu" and pipeline.quantize is None
+                     and takes_padding_rows(import_target(pipeline.link.model)))
         self.pad_id = getattr(pipeline.model.config, "pad_token_id", None) or 0
 
     def build(self, requests: list[Request]) -> ModelInput:
