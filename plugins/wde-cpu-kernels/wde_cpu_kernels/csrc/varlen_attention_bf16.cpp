@@ -61,7 +61,6 @@ struct Bf16 {
     const uint16_t* qrow[ROWS];
     block_rows(h.q, h.qs, i, rows, qrow);
     for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm512_set1_ps(-INFINITY);
-    sc.scored_to = j1;
     int j = j0;
     for (; j + KEYS <= j1; j += KEYS) scores_part<4>(qrow, sc, width, D, j, j0, j1);
     switch ((j1 - j + 15) / 16) {
@@ -73,12 +72,13 @@ struct Bf16 {
     }
   }
 
-  // Rows that each see every key the block scored (no causal or window edge inside it) take the fast softmax.
+  // Rows that each see every key the block scored (no causal or window edge inside it) take the fast softmax. The
+  // block scored keys [j0, the last row's end): scores() got that end as j1; here j1 is rounded up to 16.
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
     bool full = true;
-    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == sc.scored_to;
+    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == hi[ROWS - 1];
     if (full) {
-      softmax_full_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, sc.scored_to, sc.rowmax, scale, sc.inv.data());
+      softmax_full_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, hi[ROWS - 1], sc.rowmax, scale, sc.inv.data());
       return;
     }
     softmax_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, j1, lo, hi, scale, sc.inv.data());

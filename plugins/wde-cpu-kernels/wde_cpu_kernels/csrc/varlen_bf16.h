@@ -20,7 +20,6 @@ struct Scratch {
   std::vector<uint16_t> p;    // [rows][width] probabilities in bf16
   std::vector<uint16_t> qb;   // [16][D]: the AMX path's block of query rows
   __m512 rowmax[ROWS];        // the AVX512-BF16 path: each register block row's running max of its scores
-  int scored_to = 0;          // over the block's keys [j0, scored_to)
 };
 
 struct Head {
@@ -125,6 +124,17 @@ inline __m512 exp2_finite_bf16_ps(__m512 x) {
 // exp2_finite_bf16_ps where x may be -inf (masked keys): clamped at -150 first, so that 2^-inf is 0, not NaN.
 inline __m512 exp2_bf16_ps(__m512 x) { return exp2_finite_bf16_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f))); }
 
+// One vector of 16 scores of a row (s): 2^(s * sc - m) added to sum and stored to p as bf16, lanes outside `keep`
+// 0. Finite: the scores hold no -inf (no masked keys), so 2^x needs no clamp.
+template <bool Finite>
+__attribute__((always_inline)) inline void exps_to_bf16(const float* s, uint16_t* p, __m512 sc, __m512 m, __m512& sum,
+                                                        __mmask16 keep = 0xFFFF) {
+  const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(s), sc, m);
+  const __m512 e = _mm512_maskz_mov_ps(keep, Finite ? exp2_finite_bf16_ps(x) : exp2_bf16_ps(x));
+  sum = _mm512_add_ps(sum, e);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits(_mm512_cvtneps_pbh(e)));
+}
+
 // softmax_rows_bf16 for R rows that each see every key of [j0, j1), their maxima already taken while the scores
 // were made (rowmax): no masking pass, no max pass; keys past j1 (up to the next 16) get probability 0.
 template <int R>
@@ -140,20 +150,11 @@ inline void softmax_full_rows_bf16(const float* s, uint16_t* p, int width, int j
   }
   for (int j = 0; j < full; j += 16)
     _Pragma("GCC unroll 16")
-    for (int r = 0; r < R; ++r) {
-      const __m512 e = exp2_finite_bf16_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + r * width + j), sc, m[r]));
-      sum[r] = _mm512_add_ps(sum[r], e);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * width + j), bits(_mm512_cvtneps_pbh(e)));
-    }
+    for (int r = 0; r < R; ++r) exps_to_bf16<true>(s + r * width + j, p + r * width + j, sc, m[r], sum[r]);
   if (full < n) {
     const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
     _Pragma("GCC unroll 16")
-    for (int r = 0; r < R; ++r) {
-      const __m512 e = _mm512_maskz_mov_ps(
-          tail, exp2_finite_bf16_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + r * width + full), sc, m[r])));
-      sum[r] = _mm512_add_ps(sum[r], e);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * width + full), bits(_mm512_cvtneps_pbh(e)));
-    }
+    for (int r = 0; r < R; ++r) exps_to_bf16<true>(s + r * width + full, p + r * width + full, sc, m[r], sum[r], tail);
   }
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) inv[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
@@ -173,11 +174,7 @@ inline void softmax_rows_bf16(float* s, uint16_t* p, int width, int j0, int j1, 
   for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16)
     _Pragma("GCC unroll 16")
-    for (int r = 0; r < R; ++r) {
-      const __m512 e = exp2_bf16_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + r * width + j), sc, m[r]));
-      sum[r] = _mm512_add_ps(sum[r], e);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + r * width + j), bits(_mm512_cvtneps_pbh(e)));
-    }
+    for (int r = 0; r < R; ++r) exps_to_bf16<false>(s + r * width + j, p + r * width + j, sc, m[r], sum[r]);
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) inv[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
 }
