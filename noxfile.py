@@ -47,7 +47,9 @@ def install(session: nox.Session, *extra: str) -> None:
     # the checkout's distributions (all flit) build against that flit_core: with build isolation pip made a fresh
     # build environment for each of the ~22 (about 50 s a session on 2 cores); everything else comes as a wheel
     session.install(*CONSTRAINTS, "--no-build-isolation", *PACKAGES, *extra)
-    session.install(*CONSTRAINTS, kernels_wheel(session))
+    # forced: pip keeps an installed wde-cpu-kernels of the same version, so a reused virtualenv would keep a wheel
+    # built from older sources
+    session.install(*CONSTRAINTS, "--force-reinstall", "--no-deps", kernels_wheel(session))
 
 
 def kernels_wheel(session: nox.Session) -> str:

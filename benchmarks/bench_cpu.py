@@ -4,7 +4,7 @@ OpenVINO backend, default and static int8 (its own virtualenv, benchmarks/openvi
 
 Usage: python benchmarks/bench_cpu.py [--n 2000] [--rounds 5] [--vllm-python PATH] [--openvino-python PATH]
        [--profile-n 300] [--model DIR | --bge-base-shape] [--executors sync,pipelined,data_parallel] [--no-st-hf]
-       [--dtypes fp32,bf16,int8] [--chart PNG] [--pipeline-parallel include|only|skip] [bench_pp.py's --pp-* options]
+       [--dtypes fp32,bf16,int8] [--int8-dtype auto|bfloat16|float32] [--chart PNG] [--pipeline-parallel include|only|skip] [bench_pp.py's --pp-* options]
 Engines of one dtype run alternately, round after round; medians, shares of the measured matmul
 peak and ratios (vs vLLM: the median of the per-round ratios) are printed; then the roofline of wde per
 dtype (benchmarks/roofline.py: GEMM peak at the model's shapes, the GEMM-only limit, where the time goes);
@@ -110,7 +110,19 @@ def latency_p50(engine, reps: int = 50) -> tuple[float, float]:
     return full, forward
 
 
-GROUPS = {"fp32": ("float32", None), "bf16": ("bfloat16", None), "int8": ("bfloat16", "int8")}
+GROUPS = {"fp32": ("float32", None), "bf16": ("bfloat16", None), "int8": (None, "int8")}
+
+
+def int8_surrounding_dtype(choice: str) -> str:
+    """The dtype around the int8 GEMMs (attention, norms, the outlier rows): ``choice``, or with ``auto`` bfloat16
+    where the CPU computes it (AVX512-BF16 or AMX-BF16) and float32 where bf16 is only emulated (a Xeon exposing
+    AVX512-VNNI alone measured bf16 GEMMs at 61 GFLOP/s against float32's 268, and wde int8 with bf16 around at
+    0.88x OpenVINO static int8)."""
+    if choice != "auto":
+        return choice
+    from wde_core.plugin_api import cpu_flags
+
+    return "bfloat16" if {"avx512_bf16", "amx_bf16"} & cpu_flags() else "float32"
 
 
 def isa_cap_note() -> str:
@@ -133,6 +145,8 @@ def main() -> None:
     options.add_argument("--bge-base-shape", action="store_true", help="a random bge-base-shaped BERT instead")
     options.add_argument("--executors", default="sync,pipelined,data_parallel", help="wde executors to run")
     options.add_argument("--dtypes", default="fp32,bf16,int8", help="groups to run: fp32, bf16, int8")
+    options.add_argument("--int8-dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                         help="the dtype around wde's int8 GEMMs (auto: bfloat16 where the CPU computes it natively)")
     options.add_argument("--no-st-hf", action="store_true", help="leave out sentence-transformers and HF")
     options.add_argument("--chart", default=None, help="write a PNG chart of tokens/s against the roofline")
     options.add_argument("--pipeline-parallel", choices=("include", "only", "skip"), default="include",
@@ -156,11 +170,13 @@ def main() -> None:
     tokens = sum(r.num_tokens for r in base.prepare("encode", texts).requests)
     config = base.pipeline.model.config
     flops = linear_flops_per_token(config)
+    args.int8_dtype = int8_surrounding_dtype(args.int8_dtype)
     peaks = {"fp32": gemm_peak_at_shapes(config, torch.float32), "bf16": gemm_peak_at_shapes(config, torch.bfloat16),
-             "int8": gemm_peak_at_shapes(config, torch.bfloat16, int8=True)}
+             "int8": gemm_peak_at_shapes(config, getattr(torch, args.int8_dtype), int8=True)}
     print(f"{len(texts)} wiki paragraphs, {tokens} tokens (truncated at {max_len}); {args.threads} threads; "
           f"GEMM peak at the model's shapes: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s, int8 "
-          f"{peaks['int8']:.0f} GOP/s (wde's int8 path, quantization included; {peaks['int8'] / peaks['bf16']:.2f}x "
+          f"{peaks['int8']:.0f} GOP/s (wde's int8 path with {args.int8_dtype} around it, quantization included; "
+          f"{peaks['int8'] / peaks['bf16']:.2f}x "
           f"bf16); {flops / 1e6:.1f} MFLOP/token in linear layers{isa_cap_note()}", flush=True)
     results, outputs, rounds = {}, {}, {}
     for group in args.dtypes.split(","):
@@ -179,6 +195,7 @@ def main() -> None:
 def run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine) -> None:
     """One dtype group: its wde engines and peers, alternating round after round, then wde's roofline."""
     torch_name, quantization = GROUPS[group]
+    torch_name = torch_name or args.int8_dtype
     engines, opened, peers = {}, [], []
     executors = args.executors.split(",") if quantization is None else ["sync"]
     for executor in executors:

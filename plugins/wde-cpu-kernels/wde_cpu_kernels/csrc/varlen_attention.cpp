@@ -13,6 +13,7 @@ using namespace wde;
 
 struct Scratch {
   std::vector<float> s, inv, kt;  // scores / probabilities [ROWS][width], 1 / sum per row, K^T
+  __m512 rowmax[ROWS];            // each register block row's running max of its scores
 };
 
 // One (sequence, head): q, k and v rows at a stride; kt (K transposed, kt_stride floats per head dim)
@@ -42,30 +43,55 @@ inline void pack_keys(Head& h, Scratch& sc, int D, int last, int width) {
   h.kt_stride = width;
 }
 
-// Scores of ROWS query rows from `i` (rows past `rows` repeat the last) against keys [j0, j1), j0 a multiple
-// of 16; keys past j1 up to the next block of KEYS are computed too (K^T is padded) and masked later.
-inline void scores(const Head& h, float* s, int width, int D, int i, int rows, int j0, int j1) {
+// NC vectors of 16 keys from j of the register block's rows' scores (row r to s + r * width + j - j0), the last
+// vector's keys up to j1 (K^T is zero past them); each row's running max of its scores kept in rowmax.
+template <int NC>
+inline void scores_part(const Head& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
+                        int j1) {
+  __m512 acc[ROWS][NC];
+  zero(acc);
+  const float* krow = h.kt + j;
+  for (int d = 0; d < D; ++d, krow += h.kt_stride) {
+    __m512 kv[NC];
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; ++c) kv[c] = _mm512_loadu_ps(krow + 16 * c);
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512 qb = _mm512_set1_ps(qrow[r][d]);
+      _Pragma("GCC unroll 16")
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(qb, kv[c], acc[r][c]);
+    }
+  }
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < ROWS; ++r)
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(sc.s.data() + r * width + (j - j0) + 16 * c, acc[r][c]);
+  const int tail_keys = std::min(16, j1 - j - 16 * (NC - 1));
+  const __mmask16 tail = static_cast<__mmask16>((1u << tail_keys) - 1u);
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < ROWS; ++r) {
+    __m512 m = sc.rowmax[r];
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
+    sc.rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
+  }
+}
+
+// Scores of ROWS query rows from `i` (rows past `rows` repeat the last) against keys [j0, j1), j0 a multiple of 16,
+// in blocks of KEYS; the last block only as many vectors of 16 as it needs (short sequences are most of an embedding
+// batch: 43 keys take 3 vectors, not 4).
+inline void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
   const float* qrow[ROWS];
   block_rows(h.q, h.qs, i, rows, qrow);
-  for (int j = j0; j < j1; j += KEYS) {
-    __m512 acc[ROWS][4];
-    zero(acc);
-    for (int d = 0; d < D; ++d) {
-      const float* krow = h.kt + d * h.kt_stride + j;
-      __m512 kv[4];
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c < 4; ++c) kv[c] = _mm512_loadu_ps(krow + 16 * c);
-      _Pragma("GCC unroll 16")
-      for (int r = 0; r < ROWS; ++r) {
-        const __m512 qb = _mm512_set1_ps(qrow[r][d]);
-        _Pragma("GCC unroll 16")
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(qb, kv[c], acc[r][c]);
-      }
-    }
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r)
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(s + r * width + (j - j0) + 16 * c, acc[r][c]);
+  for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm512_set1_ps(-INFINITY);
+  int j = j0;
+  for (; j + KEYS <= j1; j += KEYS) scores_part<4>(h, qrow, sc, width, D, j, j0, j1);
+  switch ((j1 - j + 15) / 16) {
+    case 4: scores_part<4>(h, qrow, sc, width, D, j, j0, j1); break;
+    case 3: scores_part<3>(h, qrow, sc, width, D, j, j0, j1); break;
+    case 2: scores_part<2>(h, qrow, sc, width, D, j, j0, j1); break;
+    case 1: scores_part<1>(h, qrow, sc, width, D, j, j0, j1); break;
+    default: break;
   }
 }
 
@@ -109,10 +135,18 @@ inline void weighted_values(const Head& h, const Scratch& sc, int width, int D, 
 struct Fp32 {
   static void pack(Head& h, Scratch& sc, int D, int last, int width) { pack_keys(h, sc, D, last, width); }
   static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
-    ::scores(h, sc.s.data(), width, D, i, rows, j0, j1);
+    ::scores(h, sc, width, D, i, rows, j0, j1);
   }
+  // Rows that each see every key the block scored (no causal or window edge inside it: every encoder batch) take
+  // the one-pass softmax; the fp32 exps stay in place.
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
-    softmax_rows<ROWS>(sc.s.data(), width, j0, j1, lo, hi, scale, sc.inv.data());  // the fp32 exps stay in place
+    bool full = true;
+    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == hi[ROWS - 1];
+    if (full) {
+      softmax_full_rows<ROWS>(sc.s.data(), width, j0, hi[ROWS - 1], sc.rowmax, scale, sc.inv.data());
+      return;
+    }
+    softmax_rows<ROWS>(sc.s.data(), width, j0, j1, lo, hi, scale, sc.inv.data());
   }
   static void weighted_values(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     ::weighted_values(h, sc, width, D, i, rows, j0, j1);

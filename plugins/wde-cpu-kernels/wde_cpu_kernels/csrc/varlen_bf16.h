@@ -103,13 +103,13 @@ inline void pack(const Head& h, Scratch& sc, int D, int last, int width) {
     }
 }
 
-// 2^x for finite x, 0 below -125: a degree-4 polynomial on the fraction (relative error 2.6e-6, far below bf16's
-// 2^-9, in 8 instructions, 9 with exp2_bf16_ps's clamp, against the fp32 kernel's 17 for exp_ps: with 32-wide heads
-// the exps cost as much as the products). Results that would be subnormal are 0: on Intel cores a subnormal result
-// takes a microcode assist (letting 2^x run down to -150 made the AMX path 1.3x slower on a Xeon; AMD's Zen does not
-// pay it). A degree-3 polynomial (relative error 7.5e-5) was 0-2% faster in the kernel (Zen 4, noise), and it moves
-// bf16 roundings of the probabilities: a random-weight XLM-R's bf16 logits drifted past their test's bound with it
-// (test_xlmr_token_classification, 0.546 -> 0.765 against a bound of 0.68).
+// 2^x for finite x, 0 below -125: a degree-4 polynomial on the fraction (relative error 2.6e-6, far below bf16's 2^-9,
+// in 8 instructions, 9 with exp2_bf16_ps's clamp, against 10 for the fp32 kernel's degree-6 exp2_finite_ps: with
+// 32-wide heads the exps cost as much as the products). Results that would be subnormal are 0: on Intel cores a
+// subnormal result takes a microcode assist (letting 2^x run down to -150 made the AMX path 1.3x slower on a Xeon;
+// AMD's Zen does not pay it). A degree-3 polynomial (relative error 7.5e-5) was 0-2% faster in the kernel (Zen 4,
+// noise), and it moves bf16 roundings of the probabilities: a random-weight XLM-R's bf16 logits drifted past their
+// test's bound with it (test_xlmr_token_classification, 0.546 -> 0.765 against a bound of 0.68).
 inline __m512 exp2_finite_bf16_ps(__m512 x) {
   const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -141,7 +141,7 @@ template <int R>
 inline void softmax_full_rows_bf16(const float* s, uint16_t* p, int width, int j0, int j1, const __m512* rowmax,
                                    float scale, float* inv) {
   const int n = j1 - j0, full = n & ~15;
-  const __m512 sc = _mm512_set1_ps(scale * 1.44269504088896341f);
+  const __m512 sc = _mm512_set1_ps(scale * LOG2E);
   __m512 m[R], sum[R];
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) {
@@ -167,7 +167,7 @@ template <int R>
 inline void softmax_rows_bf16(float* s, uint16_t* p, int width, int j0, int j1, const int* lo, const int* hi,
                               float scale, float* inv) {
   const int n = j1 - j0;
-  const __m512 sc = _mm512_set1_ps(scale * 1.44269504088896341f);  // exp(a) = 2^(a log2 e)
+  const __m512 sc = _mm512_set1_ps(scale * LOG2E);  // exp(a) = 2^(a log2 e)
   __m512 m[R], sum[R];
   mask_and_scaled_max<R>(s, width, j0, j1, lo, hi, sc, m);
   _Pragma("GCC unroll 16")

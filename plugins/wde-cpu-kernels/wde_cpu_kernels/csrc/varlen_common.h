@@ -32,24 +32,28 @@ __attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride
   for (int r = 0; r < ROWS; ++r) out[r] = q + std::min(i + r, i + rows - 1) * stride;
 }
 
-// exp(x) for x <= 0, Cephes' expf polynomial (relative error ~1e-7); exp of -inf is 0.
-inline __m512 exp_ps(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 nc = _mm512_max_ps(n, _mm512_set1_ps(-126.0f));
-  __m512 r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(0.693359375f), clamped);
-  r = _mm512_fnmadd_ps(nc, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, nc);
+// 2^x for finite x, 0 below -125: Cephes' exp2f polynomial on the fraction (degree 6, relative error 1.7e-7: the
+// fp32 kernel's exps; the bf16 kernel's shorter one is in varlen_bf16.h). exp(a) is taken as 2^(a log2 e), the
+// log2 e folded into the softmax's scale, so the range reduction is one subtraction (9 instructions, where expf's
+// Cody-Waite form took 17). Results that would be subnormal are 0: on Intel cores a subnormal result takes a
+// microcode assist.
+inline __m512 exp2_finite_ps(__m512 x) {
+  const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.535336188319500e-4f), f, _mm512_set1_ps(1.339887440266574e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(normal, p, n);
 }
+
+// exp2_finite_ps where x may be -inf (masked keys): clamped at -150 first, so that 2^-inf is 0, not NaN.
+inline __m512 exp2_ps(__m512 x) { return exp2_finite_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f))); }
+
+constexpr float LOG2E = 1.44269504088896341f;
 
 // Keys row i may see: [lo, hi).
 inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
@@ -77,12 +81,46 @@ __attribute__((always_inline)) inline void mask_and_scaled_max(float* s, int wid
   for (int r = 0; r < R; ++r) m[r] = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(m[r])), sc);
 }
 
+// softmax_rows for R rows that each see every key of [j0, j1), their maxima already taken while the scores were
+// made (rowmax): one pass (no masking pass, no max pass); keys past j1 (up to the next 16) get probability 0.
+template <int R>
+inline void softmax_full_rows(float* s, int width, int j0, int j1, const __m512* rowmax, float scale, float* inv) {
+  const int n = j1 - j0, full = n & ~15;
+  const __m512 sc = _mm512_set1_ps(scale * LOG2E);
+  __m512 m[R], sum[R];
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) {
+    m[r] = _mm512_mul_ps(_mm512_set1_ps(_mm512_reduce_max_ps(rowmax[r])), sc);
+    sum[r] = _mm512_setzero_ps();
+  }
+  for (int j = 0; j < full; j += 16)
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; ++r) {
+      float* x = s + r * width + j;
+      const __m512 e = exp2_finite_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x), sc, m[r]));
+      sum[r] = _mm512_add_ps(sum[r], e);
+      _mm512_storeu_ps(x, e);
+    }
+  if (full < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - full)) - 1u);
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < R; ++r) {
+      float* x = s + r * width + full;
+      const __m512 e = _mm512_maskz_mov_ps(tail, exp2_finite_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x), sc, m[r])));
+      sum[r] = _mm512_add_ps(sum[r], e);
+      _mm512_storeu_ps(x, e);
+    }
+  }
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r) inv[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
+}
+
 // exp(scale * (score - max)) of R rows of a block over [j0, j1) in place (row r in s + r * width),
 // zero outside each row's keys [lo[r], hi[r]); sets inv[r] = 1 / sum.
 template <int R>
 inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, const int* hi, float scale, float* inv) {
   const int n = j1 - j0;
-  const __m512 sc = _mm512_set1_ps(scale);
+  const __m512 sc = _mm512_set1_ps(scale * LOG2E);  // exp(a) = 2^(a log2 e)
   __m512 m[R], sum[R];
   mask_and_scaled_max<R>(s, width, j0, j1, lo, hi, sc, m);
   _Pragma("GCC unroll 16")
@@ -91,7 +129,7 @@ inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, con
     _Pragma("GCC unroll 16")
     for (int r = 0; r < R; ++r) {
       float* x = s + r * width + j;
-      const __m512 e = exp_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x), sc, m[r]));
+      const __m512 e = exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(x), sc, m[r]));
       sum[r] = _mm512_add_ps(sum[r], e);
       _mm512_storeu_ps(x, e);
     }
