@@ -25,18 +25,18 @@ struct Head {
   int64_t kt_stride = 0;
 };
 
-// K^T of keys [0, last) into sc.kt ([D][width], zero past `last`, 16 keys per gather). V is read in place:
-// copying its rows side by side measured no faster.
+// K^T of keys [0, last) into sc.kt ([D][width], zero past `last` up to the next 16: the scores read no further), 16
+// keys x 16 head dims at a time by transpose16. V is read in place: copying its rows side by side measured no faster.
 inline void pack_keys(Head& h, Scratch& sc, int D, int last, int width) {
   sc.kt.resize(static_cast<size_t>(D) * width);
-  const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          _mm512_set1_epi32(static_cast<int>(h.ks)));
-  for (int j = 0; j < width; j += 16) {
-    const int n = std::max(0, std::min(16, last - j));
-    const __mmask16 valid = static_cast<__mmask16>((1u << n) - 1u);
-    for (int d = 0; d < D; ++d) {
-      const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), valid, rows, h.k + j * h.ks + d, 4);
-      _mm512_storeu_ps(sc.kt.data() + static_cast<size_t>(d) * width + j, x);
+  for (int j = 0; j < last; j += 16) {
+    const int keys = std::min(16, last - j);
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i)
+        r[i] = i < keys ? _mm512_loadu_si512(h.k + (j + i) * h.ks + d0) : _mm512_setzero_si512();
+      transpose16(r);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(sc.kt.data() + static_cast<size_t>(d0 + c) * width + j, r[c]);
     }
   }
   h.kt = sc.kt.data();
@@ -101,16 +101,35 @@ template <int NC>
 inline void weighted_values_part(const Head& h, const Scratch& sc, int width, int i, int rows, int j0, int j1, int c0) {
   __m512 acc[ROWS][NC];
   zero(acc);
-  for (int j = j0; j < j1; ++j) {
-    const float* vrow = h.v + j * h.vs + c0;
-    __m512 vv[NC];
+  const float* vrow = h.v + j0 * h.vs + c0;
+  const float* pcol = sc.s.data();
+  const float* const pend = pcol + (j1 - j0);
+  // two keys a step: each row's probability pointer is made once for both (a row offset per key, reloaded from
+  // the stack where the registers run out, was as many loads as the products had)
+  for (; pcol + 1 < pend; pcol += 2, vrow += 2 * h.vs) {
+    __m512 va[NC], vb[NC];
     _Pragma("GCC unroll 16")
-    for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_ps(vrow + 16 * c);
+    for (int c = 0; c < NC; ++c) {
+      va[c] = _mm512_loadu_ps(vrow + 16 * c);
+      vb[c] = _mm512_loadu_ps(vrow + h.vs + 16 * c);
+    }
     _Pragma("GCC unroll 16")
     for (int r = 0; r < ROWS; ++r) {
-      const __m512 p = _mm512_set1_ps(sc.s[r * width + (j - j0)]);
+      const float* pr = pcol + r * width;
+      const __m512 pa = _mm512_set1_ps(pr[0]), pb = _mm512_set1_ps(pr[1]);
       _Pragma("GCC unroll 16")
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(pb, vb[c], _mm512_fmadd_ps(pa, va[c], acc[r][c]));
+    }
+  }
+  if (pcol < pend) {
+    __m512 va[NC];
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; ++c) va[c] = _mm512_loadu_ps(vrow + 16 * c);
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512 pa = _mm512_set1_ps(pcol[r * width]);
+      _Pragma("GCC unroll 16")
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(pa, va[c], acc[r][c]);
     }
   }
   alignas(64) float tmp[ROWS][NC][16];  // constant indices only: a runtime row index would keep acc in memory

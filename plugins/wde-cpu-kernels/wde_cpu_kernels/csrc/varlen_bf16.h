@@ -39,31 +39,6 @@ inline __m256i bits(__m256bh x) {  // 16 bf16 as plain 256 bits, for storing
   return y;
 }
 
-// r[c] becomes column c of the 16 x 16 block of 32-bit elements r (four rounds of shuffles): the keys' (d, d + 1)
-// pairs turned into rows of 16 keys without gathers, which are slow on AMD Zen (a gather took 13% of the kernel).
-inline void transpose16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {  // t[2i], t[2i + 1]: rows 2i, 2i + 1 interleaved within 128-bit lanes
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + m], lane L: rows 4i .. 4i + 3 of column 4L + m
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int k = 0; k < 4; ++k) {  // lanes of columns k, 8 + k (0x88) and 4 + k, 12 + k (0xdd) gathered per 8 rows
-      t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
-      t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
-    }
-  for (int k = 0; k < 8; ++k) {  // and across all 16 rows
-    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
-  }
-}
-
 // Packs keys [0, last) as (d, d + 1) pairs per key (kt, zero past `last`) and values as (row j, row j + 1) pairs per
 // head dim (vp, zero past `last`: the AMX path reads whole chunks of 32 keys).
 inline void pack(const Head& h, Scratch& sc, int D, int last, int width) {

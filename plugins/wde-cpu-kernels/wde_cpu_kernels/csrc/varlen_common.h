@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -30,6 +31,32 @@ template <typename T>
 __attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride, int i, int rows, const T* (&out)[ROWS]) {
   _Pragma("GCC unroll 16")
   for (int r = 0; r < ROWS; ++r) out[r] = q + std::min(i + r, i + rows - 1) * stride;
+}
+
+// r[c] becomes column c of the 16 x 16 block of 32-bit elements r (four rounds of shuffles): 16 keys' head dims (the
+// fp32 kernel's) or (d, d + 1) pairs (the bf16 kernel's) turned into rows of 16 keys without gathers, which are slow
+// on AMD Zen (a gather took 13% of the bf16 kernel) and measured slower than this on a Xeon as well.
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {  // t[2i], t[2i + 1]: rows 2i, 2i + 1 interleaved within 128-bit lanes
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // r[4i + m], lane L: rows 4i .. 4i + 3 of column 4L + m
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int k = 0; k < 4; ++k) {  // lanes of columns k, 8 + k (0x88) and 4 + k, 12 + k (0xdd) gathered per 8 rows
+      t[8 * i + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
+      t[8 * i + 4 + k] = _mm512_shuffle_i32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
+    }
+  for (int k = 0; k < 8; ++k) {  // and across all 16 rows
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+  }
 }
 
 // 2^x for finite x, 0 below -125: Cephes' exp2f polynomial on the fraction (degree 6, relative error 1.7e-7: the
@@ -179,9 +206,11 @@ inline const std::vector<int64_t>& key_bounds(const std::vector<int64_t>& cu_q, 
 }
 
 // Calls run(row of query 0, first key row, keys L, head, kv head, first row, last row, scratch) for every (sequence,
-// head, block of QUERY_BLOCK query rows), spread over torch's threads (interleaved: batches come longest first).
-// Rows count in the sequence's keys: queries are its last cu_q[s + 1] - cu_q[s] rows, so q row r of the sequence is
-// packed row cu_q[s] - (L - queries) + r (run gets that base, never below 0: key_bounds checked it).
+// head, block of QUERY_BLOCK query rows), spread over torch's threads. Each thread takes the next item as it finishes
+// one: a static split gave a thread every first block of a sequence's heads and the other every shorter second
+// block (a sequence of 200 tokens: 128 rows against 72). Rows count in the sequence's keys: queries are its last
+// cu_q[s + 1] - cu_q[s] rows, so q row r of the sequence is packed row cu_q[s] - (L - queries) + r (run gets that
+// base, never below 0: key_bounds checked it).
 template <typename Scratch, typename Run>
 void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& ck, int heads, int group, Run run) {
   std::vector<std::array<int, 3>> items;  // (sequence, head, first query row)
@@ -190,15 +219,16 @@ void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>&
       for (int64_t r = (ck[s + 1] - ck[s]) - (cu_q[s + 1] - cu_q[s]); r < ck[s + 1] - ck[s]; r += QUERY_BLOCK)
         items.push_back({int(s), h, int(r)});
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items.size()));
-  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+  std::atomic<size_t> next{0};
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     Scratch sc;
-    for (int64_t w = begin; w < end; ++w)
-      for (size_t n = w; n < items.size(); n += workers) {
-        const auto [s, hd, row0] = items[n];
-        const int L = static_cast<int>(ck[s + 1] - ck[s]);
-        const int64_t q0 = cu_q[s] - (L - (cu_q[s + 1] - cu_q[s]));
-        run(q0, ck[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
-      }
+    for (size_t n = next.fetch_add(1, std::memory_order_relaxed); n < items.size();
+         n = next.fetch_add(1, std::memory_order_relaxed)) {
+      const auto [s, hd, row0] = items[n];
+      const int L = static_cast<int>(ck[s + 1] - ck[s]);
+      const int64_t q0 = cu_q[s] - (L - (cu_q[s + 1] - cu_q[s]));
+      run(q0, ck[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
+    }
   });
 }
 
