@@ -35,10 +35,15 @@ def test_inspect_says_what_bfloat16_would_give_on_this_cpu(isolated_host):
     assert out.exit_code == 0, out.output
     line = next(x for x in out.output.splitlines() if x.strip().startswith("dtype:"))
     flags = cpu_flags()
-    if "amx_bf16" in flags or "avx512_bf16" in flags:
-        assert "dtype='bfloat16'" in line and ("AMX-BF16" in line or "AVX512-BF16" in line), line
+    native = "amx_bf16" in flags or "avx512_bf16" in flags
+    assert "dtype='bfloat16'" in line and ("AMX-BF16" in line or "AVX512-BF16" in line), line
+    assert ("emulated" in line) != native, line  # without bf16 arithmetic the note says to keep float32
     explicit = CliRunner().invoke(cli, ["inspect", "--device", "cpu", "--dtype", "bfloat16"])
-    assert "bfloat16   (engine argument dtype)" in explicit.output, explicit.output
+    chosen = next(x for x in explicit.output.splitlines() if x.strip().startswith("dtype:"))
+    assert "bfloat16   (engine argument dtype; this CPU has" in chosen, explicit.output
+    assert ("emulated" in chosen) != native, chosen
+    as_float32 = CliRunner().invoke(cli, ["inspect", "--device", "cpu", "--dtype", "float32"])
+    assert "float32   (engine argument dtype)" in as_float32.output, as_float32.output
 
 
 @pytest.mark.slow

@@ -56,8 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # `cpu_flags` in the plugin API, which the core's bf16 note, wde-cpu-kernels and the tests each read by hand before
 # (2 lines net): 3,470. The CPU row padding of packed batches (`FlatBatchBuilder`, `ModelInput.padding`), which keeps
 # oneDNN's primitives cached for batches of new token counts (bf16 MiniLM 1.2-1.37x on unseen texts), 20 lines: 3,490.
-# None for quantized pipelines, whose int8 kernels pad their own rows (1 line): 3,491.
-CODE_LINE_BUDGET = 3491
+# None for quantized pipelines, whose int8 kernels pad their own rows (1 line): 3,491. The dtype note for a CPU that
+# only emulates bf16 (a Xeon exposing AVX512-VNNI alone ran MiniLM 4.1-4.7x slower in bf16 than in float32), given for
+# an explicit dtype='bfloat16' too (3 lines): 3,494.
+CODE_LINE_BUDGET = 3494
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 
