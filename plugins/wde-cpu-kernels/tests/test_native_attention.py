@@ -104,7 +104,8 @@ def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads,
 def test_amx_is_used_exactly_where_the_cpu_has_it():
     has_amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
     assert varlen_kernel().amx_available() == has_amx
-    assert bf16_products() == ("AMX tiles" if has_amx else "AVX512-BF16")
+    assert bf16_products() == ("AMX tiles" if has_amx else "AVX512-BF16" if has_avx512_bf16()
+                               else "fp32 FMAs (bf16 widened)")
 
 
 needs_amx = pytest.mark.skipif(not {"amx_bf16", "amx_tile"} <= cpu_flags() or not HAS_AVX512,
@@ -162,9 +163,10 @@ def test_auto_choice_on_cpu_float32_and_parity_with_hf(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), device="cpu")
     assert engine.pipeline.components["attention_backend"].name == "cpu_varlen"
     assert engine.pipeline.reasons["attention_backend"] == "auto: wde's AVX-512 varlen kernel on cpu with float32"
-    bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
-    expected = "cpu_varlen" if has_avx512_bf16() else "torch_sdpa"
-    assert bf16.pipeline.components["attention_backend"].name == expected
+    bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")  # widened to fp32 without AVX512-BF16
+    assert bf16.pipeline.components["attention_backend"].name == "cpu_varlen"
+    assert bf16.pipeline.reasons["attention_backend"] == ("auto: wde's AVX-512 varlen kernel on cpu with bfloat16 "
+                                                          f"(products by {bf16_products()})")
 
 
 @needs_kernel

@@ -14,9 +14,9 @@ def wde_register_attention_backends(register):
 
 @hookimpl
 def wde_select_attention_backend(device, dtype, causal):
-    """``cpu_varlen`` on CPU in float32, and in bfloat16 where the CPU has AVX512-BF16 (products by AMX tiles where
-    it has AMX-BF16), when it loads; else
-    ``torch_sdpa`` with the reason; no opinion off the CPU or in other dtypes."""
+    """``cpu_varlen`` on CPU in float32 and bfloat16 (products by AMX tiles where the CPU has AMX-BF16, by AVX512-BF16
+    where it has that, else in fp32), when it loads; else ``torch_sdpa`` with the reason; no opinion off the CPU or
+    in other dtypes."""
     import torch
 
     if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
