@@ -62,19 +62,7 @@ inline void scores_part(const Head& h, const float* const (&qrow)[ROWS], Scratch
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(qb, kv[c], acc[r][c]);
     }
   }
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r)
-    _Pragma("GCC unroll 16")
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(sc.s.data() + r * width + (j - j0) + 16 * c, acc[r][c]);
-  const int tail_keys = std::min(16, j1 - j - 16 * (NC - 1));
-  const __mmask16 tail = static_cast<__mmask16>((1u << tail_keys) - 1u);
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r) {
-    __m512 m = sc.rowmax[r];
-    _Pragma("GCC unroll 16")
-    for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
-    sc.rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
-  }
+  store_scores_and_max<NC>(acc, sc.s.data() + (j - j0), width, j1 - j, sc.rowmax);
 }
 
 // Scores of ROWS query rows from `i` (rows past `rows` repeat the last) against keys [j0, j1), j0 a multiple of 16,

@@ -40,19 +40,7 @@ struct Bf16 {
         for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bh(qb), as_bh(kv[c]));
       }
     }
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r)
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c < NC; ++c) _mm512_storeu_ps(sc.s.data() + r * width + (j - j0) + 16 * c, acc[r][c]);
-    const int tail_keys = std::min(16, j1 - j - 16 * (NC - 1));
-    const __mmask16 tail = static_cast<__mmask16>((1u << tail_keys) - 1u);
-    _Pragma("GCC unroll 16")
-    for (int r = 0; r < ROWS; ++r) {
-      __m512 m = sc.rowmax[r];
-      _Pragma("GCC unroll 16")
-      for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
-      sc.rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
-    }
+    store_scores_and_max<NC>(acc, sc.s.data() + (j - j0), width, j1 - j, sc.rowmax);
   }
 
   // Scores of keys [j0, j1) in blocks of KEYS, the last block only as many vectors of 16 as it needs (short

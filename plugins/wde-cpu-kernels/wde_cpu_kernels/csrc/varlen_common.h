@@ -26,6 +26,26 @@ __attribute__((always_inline)) inline void zero(__m512 (&acc)[R][C]) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
 }
 
+// A register block's scores (acc[r][c]: row r, keys j + 16 c ...) stored to s (row r at s + r * width), and each
+// row's running max (rowmax) raised by them; of the last vector only the keys before j1 count (`keys` = j1 - j; past
+// j1 K^T is zero). Both kernels' scores end with it.
+template <int NC>
+__attribute__((always_inline)) inline void store_scores_and_max(const __m512 (&acc)[ROWS][NC], float* s, int width,
+                                                                int keys, __m512* rowmax) {
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < ROWS; ++r)
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(s + r * width + 16 * c, acc[r][c]);
+  const __mmask16 tail = static_cast<__mmask16>((1u << std::min(16, keys - 16 * (NC - 1))) - 1u);
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < ROWS; ++r) {
+    __m512 m = rowmax[r];
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
+    rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
+  }
+}
+
 // The ROWS query rows of the register block at row i (q rows `stride` apart); rows past `rows` repeat the last.
 template <typename T>
 __attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride, int i, int rows, const T* (&out)[ROWS]) {
