@@ -84,28 +84,66 @@ def test_kernel_matches_the_eager_reference(seq_lens, heads, kv_heads, dim, caus
     assert (ours - reference).abs().max().item() < 1e-5
 
 
+def bf16_kernel_path(path, q, k, v, seq_lens, causal, window):
+    """The kernel's bf16 output by ``path``: ``"pairs"`` (AVX512-BF16 dot products) or ``"widened"`` (fp32 FMAs)."""
+    cu = [0, *torch.tensor(seq_lens).cumsum(0).tolist()]
+    reach, scale = -1 if window is None else window, q.shape[-1] ** -0.5
+    if path == "pairs":
+        return varlen_kernel().varlen_attention_bf16(q, k, v, cu, causal, reach, scale, amx=False)
+    return varlen_kernel().varlen_attention(q, k, v, cu, causal, reach, scale)
+
+
 @needs_kernel
 @pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 40])
-def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal, window):
-    """Every head size's packing (16 and 48: part-filled blocks of 16 key pairs) and the short exp polynomial: no
-    further from fp32 than torch's own bf16 attention."""
+@pytest.mark.parametrize("path", ["pairs", "widened"])
+def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal, window,
+                                                                  path):
+    """Both bf16 paths (whichever ``bf16_products`` picks here; the pairs only where the CPU has AVX512-BF16), every
+    head size's packing (16 and 48: part-filled blocks of 16 key pairs) and the short exp polynomial: no further from
+    fp32 than torch's own bf16 attention."""
+    if path == "pairs" and not has_avx512_bf16():
+        pytest.skip("no AVX512-BF16 on this CPU (hardware)")
     q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=7)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, window)
     half = [x.bfloat16() for x in (q, k, v)]
-    ours = attend(NativeCpuAttention(), *half, seq_lens, causal, window).float()
+    ours = bf16_kernel_path(path, *half, seq_lens, causal, window).float()
     theirs = attend(SdpaAttention(), *half, seq_lens, causal, window).float()
     ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
     assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
 
 
 @needs_kernel
+@pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window", [None, 3])
+def test_widened_bfloat16_is_the_fp32_kernel_on_the_widened_rows_rounded_once(seq_lens, heads, kv_heads, dim, causal,
+                                                                               window):
+    """bf16 rows widened inside the kernel (query rows per register block, keys and values per item) give exactly
+    the fp32 kernel's output on ``.float()`` copies of them, rounded to bf16 half to even: nothing else is rounded."""
+    half = [x.bfloat16() for x in packed_qkv(seq_lens, heads, kv_heads, dim, seed=13)]
+    widened = bf16_kernel_path("widened", *half, seq_lens, causal, window)
+    on_copies = bf16_kernel_path("widened", *(x.float() for x in half), seq_lens, causal, window)
+    assert widened.dtype == torch.bfloat16 and torch.equal(widened, on_copies.bfloat16())
+
+
+@needs_kernel
 def test_amx_is_used_exactly_where_the_cpu_has_it():
+    """AMX tiles where the CPU has them; else AVX512-BF16 pairs, except on Intel cores (``vdpbf16ps`` at half the
+    FMAs' rate there) and CPUs without AVX512-BF16, which widen bf16 to fp32; and native_attention takes that path."""
     has_amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
     assert varlen_kernel().amx_available() == has_amx
-    assert bf16_products() == ("AMX tiles" if has_amx else "AVX512-BF16" if has_avx512_bf16()
-                               else "fp32 FMAs (bf16 widened)")
+    intel = "GenuineIntel" in open("/proc/cpuinfo", encoding="utf-8").read()
+    expected = ("AMX tiles" if has_amx else "AVX512-BF16" if has_avx512_bf16() and not intel
+                else "fp32 FMAs (bf16 widened)")
+    assert bf16_products() == expected
+    seq_lens = [100, 7, 33]
+    q, k, v = (x.bfloat16() for x in packed_qkv(seq_lens, 4, 4, 32, seed=2))
+    path = {"AVX512-BF16": "pairs", "fp32 FMAs (bf16 widened)": "widened"}.get(expected)
+    if path is not None:
+        assert torch.equal(native_attention(q, k, v, [0, 100, 107, 140], False, None, None),
+                           bf16_kernel_path(path, q, k, v, seq_lens, False, None))
 
 
 needs_amx = pytest.mark.skipif(not {"amx_bf16", "amx_tile"} <= cpu_flags() or not HAS_AVX512,
@@ -135,7 +173,7 @@ def test_amx_tiles_match_the_avx512_bf16_path(seq_lens, heads, kv_heads, dim, ca
 @needs_amx
 def test_onednns_isa_cap_keeps_the_kernel_off_amx(monkeypatch):
     """``ONEDNN_MAX_CPU_ISA`` below AMX (as a user sets it to keep oneDNN off the tiles) takes the attention kernel
-    to its AVX512-BF16 path too: the very output of ``amx=False``, where uncapped it is the AMX path's."""
+    off AMX too: to its non-AMX bf16 path (``bf16_products``), where uncapped it is the AMX path's."""
     q, k, v = (x.bfloat16() for x in packed_qkv([129, 40, 7], 4, 4, 32, seed=5))
     cu = [0, 129, 169, 176]
     tiles, pairs = (varlen_kernel().varlen_attention_bf16(q, k, v, cu, False, -1, 32 ** -0.5, amx)
@@ -143,8 +181,11 @@ def test_onednns_isa_cap_keeps_the_kernel_off_amx(monkeypatch):
     assert not torch.equal(tiles, pairs)
     assert torch.equal(native_attention(q, k, v, cu, False, None, None), tiles)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
-    assert bf16_products() == "AVX512-BF16"
-    assert torch.equal(native_attention(q, k, v, cu, False, None, None), pairs)
+    intel = "GenuineIntel" in open("/proc/cpuinfo", encoding="utf-8").read()  # AMX CPUs are Intel's so far
+    assert bf16_products() == ("fp32 FMAs (bf16 widened)" if intel else "AVX512-BF16")
+    off_amx = native_attention(q, k, v, cu, False, None, None)
+    assert torch.equal(off_amx, bf16_kernel_path("widened" if intel else "pairs", q, k, v, [129, 40, 7], False, None))
+    assert not torch.equal(off_amx, tiles)
 
 
 @needs_kernel

@@ -1,7 +1,8 @@
 """``cpu_varlen``: wde's own CPU attention kernel (``csrc/``), varlen attention straight over the packed
 batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32
-arithmetic, and for bf16 on CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``), or AMX tile
-products where the CPU has AMX-BF16 and the head size is a multiple of 32 (``varlen_attention_amx.cpp``).
+arithmetic (bf16 rows widened as the kernel packs them), and for bf16 on AMD CPUs with AVX512-BF16 pair dot products
+(``varlen_attention_bf16.cpp``), or AMX tile products where the CPU has AMX-BF16 and the head size is a multiple of
+32 (``varlen_attention_amx.cpp``); see ``bf16_products``.
 Compiled when the distribution is installed (``setup.py``: the extension module ``wde_cpu_kernels._varlen``),
 so nothing is built at run time. Where it cannot be used (no AVX-512, a module that does not load,
 ``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
@@ -17,7 +18,7 @@ import torch
 
 from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys
 
-from wde_cpu_kernels.cpu import amx_allowed
+from wde_cpu_kernels.cpu import amx_allowed, cpu_vendor
 
 LOAD_ERRORS: list[str] = []  # why the compiled module did not load, once it has failed
 logger = logging.getLogger(__name__)
@@ -63,26 +64,38 @@ def has_avx512_bf16() -> bool:
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)())
 
 
+WIDENED = "fp32 FMAs (bf16 widened)"
+
+
 def bf16_products() -> str:
     """What computes the kernel's products in bf16 on this CPU: ``"AMX tiles"`` (where the CPU has them and oneDNN's
-    ISA cap admits AMX, ``cpu.amx_allowed``), ``"AVX512-BF16"``, or ``"fp32 FMAs (bf16 widened)"`` without it."""
+    ISA cap admits AMX, ``cpu.amx_allowed``); ``"AVX512-BF16"`` pair dot products on other CPUs with AVX512-BF16 but
+    Intel's; else ``WIDENED``, fp32 FMAs on the bf16 rows widened as they are packed. Intel cores issue ``vdpbf16ps``
+    one every two cycles and 512-bit FMAs two a cycle (1.35 against 5.45 per ns on a Xeon without AMX, family 6 model
+    207), so fp32 FMAs have twice its products' rate there (MiniLM's attention over 2,000 paragraphs 1.25x faster),
+    where AMD Zen 4 issues one of each a cycle and the pairs have twice the FMAs' rate."""
     kernel = varlen_kernel()
     if not has_avx512_bf16():
-        return "fp32 FMAs (bf16 widened)"
-    return "AMX tiles" if kernel is not None and kernel.amx_available() and amx_allowed() else "AVX512-BF16"
+        return WIDENED
+    if kernel is not None and kernel.amx_available() and amx_allowed():
+        return "AMX tiles"
+    return WIDENED if cpu_vendor() == "GenuineIntel" else "AVX512-BF16"
 
 
 def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None,
                      cu_seqlens_k: list[int] = ()):
     """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
-    arithmetic; other dtypes are widened and the output narrowed back). ``cu_seqlens_k``: each sequence's keys
-    when they are not its own rows (``SharedKeys.gather``), its queries aligned to its last keys."""
+    arithmetic on fp32 or bf16 rows, or bf16 products: ``bf16_products``; other dtypes are widened and the output
+    narrowed back). ``cu_seqlens_k``: each sequence's keys when they are not its own rows (``SharedKeys.gather``),
+    its queries aligned to its last keys."""
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
     kernel, reach, cu_k = varlen_kernel(), -1 if window is None else window, list(cu_seqlens_k)
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
-        if q.dtype == torch.bfloat16 and has_avx512_bf16():
+        if q.dtype == torch.bfloat16 and bf16_products() != WIDENED:
             return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha, amx=amx_allowed(),
                                                 cu_seqlens_k=cu_k)
+        if q.dtype in (torch.float32, torch.bfloat16):
+            return kernel.varlen_attention(q, k, v, cu_seqlens, causal, reach, alpha, cu_seqlens_k=cu_k)
         return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha,
                                        cu_seqlens_k=cu_k).to(q.dtype)
 

@@ -1,52 +1,71 @@
 // Varlen attention over packed sequences on an AVX-512 CPU: one (sequence, head, block of query rows)
 // per work item, scores and softmax kept in a small per-thread buffer (no padded block, no mask tensor,
-// no [heads, L, L] scores in memory). Inputs are fp32 [tokens, heads, head_dim] views with a contiguous last
-// dimension; K is transposed per item into a small buffer. The parts shared with the bf16
-// kernel are in varlen_common.h; setup.py compiles both into wde_cpu_kernels._varlen at install.
+// no [heads, L, L] scores in memory). Inputs are fp32 or bf16 [tokens, heads, head_dim] views with a contiguous last
+// dimension, the arithmetic fp32 FMAs either way (bf16 rows widened as they are packed); K is transposed per item into
+// a small buffer. The parts shared with the bf16-product kernel are in varlen_common.h; setup.py compiles both into
+// wde_cpu_kernels._varlen at install.
 #include <torch/extension.h>
 
+#include "rows_avx512.h"
 #include "varlen_common.h"
 
 namespace {
 
 using namespace wde;
+using wde::rows::load16;
 
 struct Scratch {
   std::vector<float> s, inv, kt;  // scores / probabilities [ROWS][width], 1 / sum per row, K^T
+  std::vector<float> vf, qf;      // bf16 inputs: the item's V rows and the register block's query rows, widened
   __m512 rowmax[ROWS];            // each register block row's running max of its scores
 };
 
-// One (sequence, head): q, k and v rows at a stride; kt (K transposed, kt_stride floats per head dim)
-// is packed by pack_keys.
+// One (sequence, head) of T (float or c10::BFloat16) rows: q, k, v and out at a stride; kt (K transposed, kt_stride
+// floats per head dim) and vf (V as fp32 rows vf_stride apart: v itself for fp32) are set by pack_keys.
+template <typename T>
 struct Head {
-  const float* q; const float* k; const float* v; float* out;
+  const T* q; const T* k; const T* v; T* out;
   int64_t qs, ks, vs, os;
   const float* kt = nullptr;
   int64_t kt_stride = 0;
+  const float* vf = nullptr;
+  int64_t vf_stride = 0;
 };
 
+constexpr __mmask16 ALL16 = 0xFFFF;
+
 // K^T of keys [0, last) into sc.kt ([D][width], zero past `last` up to the next 16: the scores read no further), 16
-// keys x 16 head dims at a time by transpose16. V is read in place: copying its rows side by side measured no faster.
-inline void pack_keys(Head& h, Scratch& sc, int D, int last, int width) {
+// keys x 16 head dims at a time by transpose16. fp32 V is read in place (copying its rows side by side measured no
+// faster); bf16 V rows are widened into sc.vf once per item, not once per register block.
+template <typename T>
+inline void pack_keys(Head<T>& h, Scratch& sc, int D, int last, int width) {
   sc.kt.resize(static_cast<size_t>(D) * width);
   for (int j = 0; j < last; j += 16) {
     const int keys = std::min(16, last - j);
     for (int d0 = 0; d0 < D; d0 += 16) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i)
-        r[i] = i < keys ? _mm512_loadu_si512(h.k + (j + i) * h.ks + d0) : _mm512_setzero_si512();
+        r[i] = i < keys ? _mm512_castps_si512(load16(h.k + (j + i) * h.ks + d0, ALL16)) : _mm512_setzero_si512();
       transpose16(r);
       for (int c = 0; c < 16; ++c) _mm512_storeu_si512(sc.kt.data() + static_cast<size_t>(d0 + c) * width + j, r[c]);
     }
   }
   h.kt = sc.kt.data();
   h.kt_stride = width;
+  if constexpr (std::is_same_v<T, float>) {
+    h.vf = h.v, h.vf_stride = h.vs;
+  } else {
+    sc.vf.resize(static_cast<size_t>(last) * D);
+    for (int j = 0; j < last; ++j)
+      for (int d = 0; d < D; d += 16) _mm512_storeu_ps(sc.vf.data() + j * D + d, load16(h.v + j * h.vs + d, ALL16));
+    h.vf = sc.vf.data(), h.vf_stride = D;
+  }
 }
 
 // NC vectors of 16 keys from j of the register block's rows' scores (row r to s + r * width + j - j0), the last
 // vector's keys up to j1 (K^T is zero past them); each row's running max of its scores kept in rowmax.
-template <int NC>
-inline void scores_part(const Head& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
+template <int NC, typename T>
+inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
                         int j1) {
   __m512 acc[ROWS][NC];
   zero(acc);
@@ -65,12 +84,23 @@ inline void scores_part(const Head& h, const float* const (&qrow)[ROWS], Scratch
   store_scores_and_max<NC>(acc, sc.s.data() + (j - j0), width, j1 - j, sc.rowmax);
 }
 
-// Scores of ROWS query rows from `i` (rows past `rows` repeat the last) against keys [j0, j1), j0 a multiple of 16,
-// in blocks of KEYS; the last block only as many vectors of 16 as it needs (short sequences are most of an embedding
-// batch: 43 keys take 3 vectors, not 4).
-inline void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+// Scores of ROWS query rows from `i` (rows past `rows` repeat the last; bf16 rows widened into sc.qf first) against
+// keys [j0, j1), j0 a multiple of 16, in blocks of KEYS; the last block only as many vectors of 16 as it needs (short
+// sequences are most of an embedding batch: 43 keys take 3 vectors, not 4).
+template <typename T>
+inline void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
   const float* qrow[ROWS];
-  block_rows(h.q, h.qs, i, rows, qrow);
+  if constexpr (std::is_same_v<T, float>) {
+    block_rows(h.q, h.qs, i, rows, qrow);
+  } else {
+    const T* qb[ROWS];
+    block_rows(h.q, h.qs, i, rows, qb);
+    sc.qf.resize(static_cast<size_t>(ROWS) * D);
+    for (int r = 0; r < ROWS; ++r) {
+      for (int d = 0; d < D; d += 16) _mm512_storeu_ps(sc.qf.data() + r * D + d, load16(qb[r] + d, ALL16));
+      qrow[r] = sc.qf.data() + r * D;
+    }
+  }
   for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm512_set1_ps(-INFINITY);
   int j = j0;
   for (; j + KEYS <= j1; j += KEYS) scores_part<4>(h, qrow, sc, width, D, j, j0, j1);
@@ -85,21 +115,22 @@ inline void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows
 
 // `rows` output rows = probabilities (ROWS rows of sc.s) x V over keys [j0, j1), scaled by 1 / sum, for NC
 // vectors of head_dim from c0. Every loop bound but the key loop is a constant: accumulators stay in registers.
-template <int NC>
-inline void weighted_values_part(const Head& h, const Scratch& sc, int width, int i, int rows, int j0, int j1, int c0) {
+template <int NC, typename T>
+inline void weighted_values_part(const Head<T>& h, const Scratch& sc, int width, int i, int rows, int j0, int j1, int c0) {
   __m512 acc[ROWS][NC];
   zero(acc);
-  const float* vrow = h.v + j0 * h.vs + c0;
+  const float* vrow = h.vf + j0 * h.vf_stride + c0;
+  const int64_t vs = h.vf_stride;
   const float* pcol = sc.s.data();
   const float* const pend = pcol + (j1 - j0);
   // two keys a step: each row's probability pointer is made once for both (a row offset per key, reloaded from
   // the stack where the registers run out, was as many loads as the products had)
-  for (; pcol + 1 < pend; pcol += 2, vrow += 2 * h.vs) {
+  for (; pcol + 1 < pend; pcol += 2, vrow += 2 * vs) {
     __m512 va[NC], vb[NC];
     _Pragma("GCC unroll 16")
     for (int c = 0; c < NC; ++c) {
       va[c] = _mm512_loadu_ps(vrow + 16 * c);
-      vb[c] = _mm512_loadu_ps(vrow + h.vs + 16 * c);
+      vb[c] = _mm512_loadu_ps(vrow + vs + 16 * c);
     }
     _Pragma("GCC unroll 16")
     for (int r = 0; r < ROWS; ++r) {
@@ -125,10 +156,12 @@ inline void weighted_values_part(const Head& h, const Scratch& sc, int width, in
   for (int r = 0; r < ROWS; ++r)
     _Pragma("GCC unroll 16")
     for (int c = 0; c < NC; ++c) _mm512_store_ps(tmp[r][c], _mm512_mul_ps(acc[r][c], _mm512_set1_ps(sc.inv[r])));
-  for (int r = 0; r < rows; ++r) std::copy(tmp[r][0], tmp[r][0] + 16 * NC, h.out + (i + r) * h.os + c0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < NC; ++c) wde::rows::store16(h.out + (i + r) * h.os + c0 + 16 * c, _mm512_load_ps(tmp[r][c]), ALL16);
 }
 
-inline void weighted_values(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+template <typename T>
+inline void weighted_values(const Head<T>& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
   int c0 = 0;
   for (; c0 + 64 <= D; c0 += 64) weighted_values_part<4>(h, sc, width, i, rows, j0, j1, c0);
   switch ((D - c0) / 16) {
@@ -139,9 +172,11 @@ inline void weighted_values(const Head& h, const Scratch& sc, int width, int D, 
   }
 }
 
-struct Fp32 {
-  static void pack(Head& h, Scratch& sc, int D, int last, int width) { pack_keys(h, sc, D, last, width); }
-  static void scores(const Head& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+struct Fp32 {  // fp32 FMAs on fp32 or (widened) bf16 rows
+  template <typename T>
+  static void pack(Head<T>& h, Scratch& sc, int D, int last, int width) { pack_keys(h, sc, D, last, width); }
+  template <typename T>
+  static void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     ::scores(h, sc, width, D, i, rows, j0, j1);
   }
   // Rows that each see every key the block scored (no causal or window edge inside it: every encoder batch) take
@@ -155,34 +190,46 @@ struct Fp32 {
     }
     softmax_rows<ROWS>(sc.s.data(), width, j0, j1, lo, hi, scale, sc.inv.data());
   }
-  static void weighted_values(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
+  template <typename T>
+  static void weighted_values(const Head<T>& h, const Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
     ::weighted_values(h, sc, width, D, i, rows, j0, j1);
   }
 };
 
+template <typename T>
+void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale) {
+  const int heads = q.size(1), D = q.size(2);
+  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
+                                                               int row1, Scratch& sc) {
+    Head<T> h{q.data_ptr<T>() + q0 * q.stride(0) + hd * q.stride(1),
+              k.data_ptr<T>() + k0 * k.stride(0) + kvh * k.stride(1),
+              v.data_ptr<T>() + k0 * v.stride(0) + kvh * v.stride(1),
+              out.data_ptr<T>() + q0 * out.stride(0) + hd * out.stride(1),
+              q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
+    attend_rows<Fp32>(h, L, D, row0, row1, causal, window, scale, sc);
+  });
+}
+
 }  // namespace
 
-// q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous), float32; window < 0 means none. Returns out [T, H, D].
-// cu_k (empty: cu the same) bounds each sequence's keys when they are not its own rows (shared_prefix.py).
+// q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous), all float32 or all bfloat16 (widened: fp32 arithmetic, the
+// output rounded to bf16); window < 0 means none. Returns out [T, H, D] in the inputs' dtype. cu_k (empty: cu the
+// same) bounds each sequence's keys when they are not its own rows (shared_prefix.py).
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
                             const std::vector<int64_t>& cu_k) {
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "varlen_attention takes float32");
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && k.scalar_type() == dtype && v.scalar_type() == dtype,
+              "varlen_attention takes float32 or bfloat16 (q, k and v alike)");
   TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
   TORCH_CHECK(q.size(2) % 16 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 16 and heads % kv heads must be 0");
-  const int heads = q.size(1), D = q.size(2);
   const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
-  at::Tensor out = at::empty({q.size(0), heads, D}, q.options());
-  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
-                                                               int row1, Scratch& sc) {
-    Head h{q.data_ptr<float>() + q0 * q.stride(0) + hd * q.stride(1),
-           k.data_ptr<float>() + k0 * k.stride(0) + kvh * k.stride(1),
-           v.data_ptr<float>() + k0 * v.stride(0) + kvh * v.stride(1),
-           out.data_ptr<float>() + q0 * out.stride(0) + hd * out.stride(1),
-           q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
-    attend_rows<Fp32>(h, L, D, row0, row1, causal, static_cast<int>(window), static_cast<float>(scale), sc);
-  });
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  if (dtype == at::kFloat)
+    attend_all<float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
+  else
+    attend_all<c10::BFloat16>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
   return out;
 }
 
