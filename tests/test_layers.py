@@ -44,12 +44,14 @@ def test_non_cpu_shapes_fall_back_to_plain_torch():
         assert torch.allclose(layer(x), F.gelu(F.linear(x, layer.weight, layer.bias)), atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prepacked_weights_match_plain_torch(dtype):
+@pytest.mark.parametrize("dtype,widen", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
+def test_prepacked_weights_match_plain_torch(dtype, widen, monkeypatch):
     """Two layers (gelu, then a residual add) before and after prepack against F.linear / F.gelu in float32 on
     the same (dtype-rounded) weights, with and without the residual: every packed path (the fused epilogue, the
     fused residual add, the bare packed product, one row through the weights laid out for a batch) is checked
-    against an independent computation."""
+    against an independent computation; bf16 both through oneDNN's bf16 product and as float32 GEMMs on the widened
+    weight (``widens_bf16_gemms``, forced either way here: which one a CPU takes is its own test)."""
+    monkeypatch.setattr("wde_core.modeling.layers.widens_bf16_gemms", lambda: widen)
     torch.manual_seed(1)
     first, second = Linear(32, 48, activation="gelu").to(dtype), Linear(48, 32).to(dtype)
     x = torch.randn(20, 32, dtype=dtype)
@@ -62,7 +64,8 @@ def test_prepacked_weights_match_plain_torch(dtype):
         outputs = {"plain": second(first(x)), "plain+residual": second(first(x), residual=x)}
         for layer in (first, second):
             layer.prepack()
-            assert layer.packed_weight is not None and layer.packed_weight.is_mkldnn
+            assert layer.packed_weight is not None and layer.packed_weight.is_mkldnn and layer.widened == widen
+            assert layer.packed_weight.dtype == (torch.float32 if widen else dtype)
         outputs |= {"packed": second(first(x)), "packed+residual": second(first(x), residual=x)}
         outputs["packed, one row"] = second(first(x[:1]))  # laid out for 4,096 rows, it serves any count
     for name, got in outputs.items():
@@ -70,6 +73,27 @@ def test_prepacked_weights_match_plain_torch(dtype):
         want = want[:1] if name.endswith("one row") else want
         assert got.dtype == dtype and got.shape == want.shape
         torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name} {dtype}: {m}")
+
+
+def test_bf16_gemms_are_widened_exactly_on_x86_cpus_whose_bf16_products_are_slow():
+    """The rule read independently off /proc/cpuinfo: widened without AMX-BF16 where the CPU has no AVX512-BF16 or is
+    Intel's; and a bf16 layer prepacked here takes the path the rule gives."""
+    import platform
+    from pathlib import Path
+
+    from wde_core.plugin_api import cpu_vendor, widens_bf16_gemms
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in pairs}  # the last CPU's; all alike
+    flags, vendor = set(fields.get("flags", "").split()), fields.get("vendor_id", "")
+    assert cpu_vendor() == vendor
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    assert widens_bf16_gemms() == (x86 and "amx_bf16" not in flags and ("avx512_bf16" not in flags
+                                                                         or vendor == "GenuineIntel"))
+    layer = Linear(16, 16).to(torch.bfloat16)
+    layer.prepack()
+    assert layer.widened == (widens_bf16_gemms() and torch.backends.mkldnn.is_available())
 
 
 def test_layer_norm_is_torch_s_until_a_kernel_takes_its_rows():

@@ -36,7 +36,7 @@ _MODULES = {
     "wde_core.stages.weights": ("WeightsError",),
     "wde_core.cli.main": ("parse_engine_args", "emit_json", "engine_arg_option", "engine_error"),
     "wde_core.runtime.engine": ("Engine",),
-    "wde_core.assembly.pipeline": ("assemble_pipeline", "cpu_flags"),
+    "wde_core.assembly.pipeline": ("assemble_pipeline", "cpu_flags", "cpu_vendor", "widens_bf16_gemms"),
     "wde_core.runtime.async_engine": ("AsyncEngine",),
     "wde_core.plugins.host": ("get_plugin_host", "PluginHost", "reset_plugin_host"),
 }

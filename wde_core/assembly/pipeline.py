@@ -4,7 +4,9 @@ The one place that decides; ``Engine`` builds from its result, ``wde inspect`` p
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,11 +209,20 @@ def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torc
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them in /proc/cpuinfo (``avx512_bf16``, ``amx_int8``, ...); empty
     where that file cannot be read."""
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``); empty where unknown."""
+    return _cpuinfo_field("vendor_id").strip()
+
+
+def _cpuinfo_field(name: str) -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return frozenset(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), ()))
+            return next((line.split(":", 1)[1] for line in f if line.split(":", 1)[0].strip() == name), "")
     except OSError:
-        return frozenset()
+        return ""
 
 
 def cpu_bf16_note() -> str:
@@ -221,11 +232,25 @@ def cpu_bf16_note() -> str:
     if amx:
         return ("; this CPU has AMX-BF16: dtype='bfloat16' runs the linear layers on AMX, about 2x the float32 "
                 "tokens/s on all-MiniLM-L6-v2 (min cosine 0.9999 vs float32)")
-    if "avx512_bf16" in flags:
+    if not widens_bf16_gemms():
         return ("; this CPU has AVX512-BF16: dtype='bfloat16' gave 1.8x the float32 tokens/s on "
                 "all-MiniLM-L6-v2 (min cosine 0.9999 vs float32)")
-    return ("; this CPU has neither AMX-BF16 nor AVX512-BF16: dtype='bfloat16' is emulated, 4.1-4.7x slower than "
-            "float32 on all-MiniLM-L6-v2 (a Xeon with AVX512-VNNI only); keep float32 here")
+    has = "AVX512-BF16 on Intel cores (vdpbf16ps at half their FMAs' rate)" if "avx512_bf16" in flags else \
+        "neither AMX-BF16 nor AVX512-BF16 (bf16 arithmetic emulated)"
+    return (f"; this CPU has {has}: dtype='bfloat16' runs the linear layers as float32 GEMMs on widened weights "
+            "(exact bf16 products, float32 sums), about float32's speed: bf16 saves memory here, not time")
+
+
+@functools.lru_cache(maxsize=1)
+def widens_bf16_gemms() -> bool:
+    """Whether bf16 linear layers run as float32 GEMMs on widened weights here (``Linear.prepack``): on x86 CPUs
+    without AMX-BF16 that lack AVX512-BF16 (oneDNN's bf16 GEMMs 0.2x float32's, emulated) or are Intel's (whose cores
+    issue ``vdpbf16ps`` one every two cycles: 0.6x float32's, a Xeon family 6 model 207). Products of bf16 values
+    are exact in float32, so the result is a bf16 GEMM with float32 sums, as oneDNN's."""
+    flags = cpu_flags()
+    if platform.machine() not in ("x86_64", "AMD64") or "amx_bf16" in flags:
+        return False
+    return "avx512_bf16" not in flags or cpu_vendor() == "GenuineIntel"
 
 
 def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[str, str]) -> None:

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
+from wde_core.assembly.pipeline import widens_bf16_gemms
+
 # HF activation name -> (oneDNN post-op, algorithm)
 _EPILOGUES = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh"),
               "relu": ("relu", ""), "silu": ("swish", "")}
@@ -37,14 +39,21 @@ class Linear(nn.Linear):
         self.act = ACT2FN[activation] if activation else None
         self.epilogue = _EPILOGUES.get(activation) if activation else None
         self.packed_weight: torch.Tensor | None = None
+        self.wide_bias: torch.Tensor | None = None
+        self.widened = False  # a bf16 weight prepacked as float32 (``widens_bf16_gemms``)
 
     def prepack(self) -> None:
         """Keep a copy of the weight in the blocked layout oneDNN's matrix product reads, for the CPU path, so
         that no call reorders it (bf16 bge-base shape 1.12x end to end over a plain oneDNN copy, which was itself
-        13% faster in fp32 and 35% in bf16 than the strided weight); the worker calls it once the weights are final."""
-        self.packed_weight = None
+        13% faster in fp32 and 35% in bf16 than the strided weight); the worker calls it once the weights are final.
+        A bf16 weight is widened to float32 where ``widens_bf16_gemms()`` (a bge-base shape 1.47x on an Intel Xeon
+        without AMX: oneDNN's bf16 GEMMs ran at 173 GFLOP/s there, float32's at 288)."""
+        self.packed_weight, self.wide_bias, self.widened = None, None, False
         if _can_fuse(self.weight, self.weight):
             weight = self.weight.detach()
+            self.widened = weight.dtype == torch.bfloat16 and (self.act is None or self.epilogue) and widens_bf16_gemms()
+            if self.widened:
+                weight, self.wide_bias = weight.float(), None if self.bias is None else self.bias.detach().float()
             self.packed_weight = _REORDER(weight, PREPACK_ROWS) if _REORDER is not None else weight.to_mkldnn()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -56,17 +65,27 @@ class Linear(nn.Linear):
         """The layer in the weights' own dtype: what ``forward`` runs when no ``kernel`` is set."""
         fuse = _can_fuse(x, self.weight)
         weight = self.packed_weight if fuse and self.packed_weight is not None else self.weight
+        if fuse and self.widened:  # bf16 rows through the widened float32 weight (prepack), rounded back
+            return self.fused(x.float(), weight, self.wide_bias, residual if residual is None else residual.float(),
+                              ).to(x.dtype)
+        if self.act is None and residual is None and weight is self.weight:
+            return F.linear(x, self.weight, self.bias)
+        if fuse:
+            return self.fused(x, weight, self.bias, residual)
+        y = F.linear(x, self.weight, self.bias) if self.act is None else self.act(F.linear(x, self.weight, self.bias))
+        return y if residual is None else y + residual
+
+    def fused(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+              residual: torch.Tensor | None) -> torch.Tensor:
+        """oneDNN's product on the prepacked ``weight`` with the activation or residual add as its epilogue."""
         if self.act is None:
-            if residual is not None and fuse:
-                return _POINTWISE.binary(x, residual, weight, self.bias, "add")
-            if weight is self.weight:
-                y = F.linear(x, self.weight, self.bias)
-            else:
-                y = _POINTWISE(x, weight, self.bias, "none", [], "")
-        elif fuse and self.epilogue is not None:
-            y = _POINTWISE(x, weight, self.bias, self.epilogue[0], [], self.epilogue[1])
-        else:
+            if residual is not None:
+                return _POINTWISE.binary(x, residual, weight, bias, "add")
+            return _POINTWISE(x, weight, bias, "none", [], "")
+        if self.epilogue is None:
             y = self.act(F.linear(x, self.weight, self.bias))
+        else:
+            y = _POINTWISE(x, weight, bias, self.epilogue[0], [], self.epilogue[1])
         return y if residual is None else y + residual
 
 

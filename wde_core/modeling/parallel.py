@@ -95,7 +95,7 @@ class RowParallelLinear(Linear):
         if self.tp.size == 1 or self.tp.rank == 0:
             y = super().forward(x, residual)
         elif self.packed_weight is not None and _can_fuse(x, self.weight):
-            y = _POINTWISE(x, self.packed_weight, None, "none", [], "")
+            y = _POINTWISE(x.to(self.packed_weight.dtype), self.packed_weight, None, "none", [], "").to(x.dtype)
         else:
             y = F.linear(x, self.weight)
         return self.tp.all_reduce(y)
