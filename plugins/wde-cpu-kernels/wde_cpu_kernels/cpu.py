@@ -1,5 +1,4 @@
-"""Whether AMX may run under oneDNN's ISA cap (the CPU's flags come from ``wde_core.plugin_api.cpu_flags``), and the
-CPU's vendor (which decides how the attention kernel computes in bf16 without AMX).
+"""Whether AMX may run under oneDNN's ISA cap (the CPU's flags come from ``wde_core.plugin_api.cpu_flags``).
 
 ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) caps the instruction sets oneDNN dispatches to;
 ``AVX512_CORE_BF16``, for instance, keeps a Sapphire Rapids Xeon off its AMX tiles. wde's own kernels follow the
@@ -8,7 +7,6 @@ only form oneDNN has JIT kernels for without AMX) and the attention kernel's AVX
 
 from __future__ import annotations
 
-import functools
 import os
 
 ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
@@ -23,13 +21,3 @@ def amx_allowed() -> bool:
     """Whether oneDNN's ISA cap admits AMX: none set, ``ALL``/``DEFAULT``, or one of the AMX ISAs."""
     cap = isa_cap()
     return cap in ("ALL", "DEFAULT") or "AMX" in cap
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_vendor() -> str:
-    """The CPU's vendor as Linux names it in /proc/cpuinfo (``GenuineIntel``, ``AuthenticAMD``), ``""`` if unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
-    except OSError:
-        return ""
