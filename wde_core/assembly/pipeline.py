@@ -212,6 +212,7 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(_cpuinfo_field("flags").split())
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_vendor() -> str:
     """The CPU's vendor as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``); empty where unknown."""
     return _cpuinfo_field("vendor_id").strip()
