@@ -60,8 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # only emulates bf16 (a Xeon exposing AVX512-VNNI alone ran MiniLM 4.1-4.7x slower in bf16 than in float32), given for
 # an explicit dtype='bfloat16' too (3 lines): 3,494. bf16 linear layers as float32 GEMMs on widened weights where
 # oneDNN's bf16 GEMMs are slower than float32's (`widens_bf16_gemms`: no AVX512-BF16, or Intel cores without AMX; a
-# bge-base shape 1.47x on a Xeon without AMX), with `cpu_vendor` beside `cpu_flags` and the note saying so: 3,522.
-CODE_LINE_BUDGET = 3522
+# bge-base shape 1.47x on a Xeon without AMX), with `cpu_vendor` (read once) beside `cpu_flags` and the note saying so: 3,523.
+CODE_LINE_BUDGET = 3523
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 
