@@ -26,10 +26,13 @@ struct Bf16 {
 
   template <int NC>  // NC vectors of 16 keys from j, the last one's keys up to j1; rows' running max in sc.rowmax
   static void scores_part(const uint16_t* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0, int j1) {
-    __m512 acc[ROWS][NC];
+    // a short last block (NC <= 2) has too few chains for vdpbf16ps's latency: odd head-dim pairs go to a second set
+    // of accumulators (D is a multiple of 16: the pairs come in fours)
+    constexpr int SETS = NC <= 2 ? 2 : 1;
+    __m512 acc[ROWS][NC], acc2[ROWS][NC];
     zero(acc);
-    const uint32_t* krow = sc.kt.data() + j;
-    for (int d = 0; d < D; d += 2, krow += width) {
+    if constexpr (SETS == 2) zero(acc2);
+    auto step = [&](int d, const uint32_t* krow, __m512 (&into)[ROWS][NC]) __attribute__((always_inline)) {
       __m512i kv[NC];
       _Pragma("GCC unroll 16")
       for (int c = 0; c < NC; ++c) kv[c] = _mm512_loadu_si512(krow + 16 * c);
@@ -37,8 +40,21 @@ struct Bf16 {
       for (int r = 0; r < ROWS; ++r) {
         const __m512i qb = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(qrow[r] + d));
         _Pragma("GCC unroll 16")
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bh(qb), as_bh(kv[c]));
+        for (int c = 0; c < NC; ++c) into[r][c] = _mm512_dpbf16_ps(into[r][c], as_bh(qb), as_bh(kv[c]));
       }
+    };
+    const uint32_t* krow = sc.kt.data() + j;
+    if constexpr (SETS == 2) {
+      for (int d = 0; d < D; d += 4, krow += 2 * width) {
+        step(d, krow, acc);
+        step(d + 2, krow + width, acc2);
+      }
+      _Pragma("GCC unroll 16")
+      for (int r = 0; r < ROWS; ++r)
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
+    } else {
+      for (int d = 0; d < D; d += 2, krow += width) step(d, krow, acc);
     }
     store_scores_and_max<NC>(acc, sc.s.data() + (j - j0), width, j1 - j, sc.rowmax);
   }
@@ -75,22 +91,37 @@ struct Bf16 {
   template <int NC>
   static void weighted_values_part(const Head& h, const Scratch& sc, int width, int D, int i, int rows, int j0,
                                    int j1, int c0) {
-    __m512 acc[ROWS][NC];
+    // With NC <= 2 (head sizes up to 32) one set of ROWS x NC accumulators is too few chains to hide vdpbf16ps's
+    // latency (6 cycles, two issued a cycle on Zen 5: 12 chains at best): odd key pairs then go to a second set.
+    constexpr int SETS = NC <= 2 ? 2 : 1;
+    __m512 acc[ROWS][NC], acc2[ROWS][NC];
     zero(acc);
+    if constexpr (SETS == 2) zero(acc2);
     const uint32_t* vrow = sc.vp.data() + static_cast<size_t>(j0 / 2) * D + c0;
     const uint16_t* pcol = sc.p.data();
     const uint16_t* const pend = pcol + (j1 - j0);
-    for (; pcol < pend; pcol += 2, vrow += D) {  // j0 is even; a pair past j1 has probability 0
+    auto pair = [&](const uint16_t* pc, const uint32_t* vr, __m512 (&into)[ROWS][NC]) __attribute__((always_inline)) {
       __m512i vv[NC];
       _Pragma("GCC unroll 16")
-      for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_si512(vrow + 16 * c);
+      for (int c = 0; c < NC; ++c) vv[c] = _mm512_loadu_si512(vr + 16 * c);
       _Pragma("GCC unroll 16")
       for (int r = 0; r < ROWS; ++r) {
-        const __m512i pb = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(pcol + r * width));
+        const __m512i pb = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(pc + r * width));
         _Pragma("GCC unroll 16")
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], as_bh(pb), as_bh(vv[c]));
+        for (int c = 0; c < NC; ++c) into[r][c] = _mm512_dpbf16_ps(into[r][c], as_bh(pb), as_bh(vv[c]));
       }
-    }
+    };
+    if constexpr (SETS == 2)  // j0 is even; a pair past j1 has probability 0
+      for (; pcol + 2 < pend; pcol += 4, vrow += 2 * D) {
+        pair(pcol, vrow, acc);
+        pair(pcol + 2, vrow + D, acc2);
+      }
+    for (; pcol < pend; pcol += 2, vrow += D) pair(pcol, vrow, acc);
+    if constexpr (SETS == 2)
+      _Pragma("GCC unroll 16")
+      for (int r = 0; r < ROWS; ++r)
+        _Pragma("GCC unroll 16")
+        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
     alignas(64) uint16_t tmp[ROWS][NC][16];  // constant indices only: acc stays in registers
     _Pragma("GCC unroll 16")
     for (int r = 0; r < ROWS; ++r)
