@@ -41,7 +41,7 @@ FFN_OUTLIER_FACTOR = 3.0  # for layers with an activation (FFN in): 1.4% of Mini
 # layers that add the residual in their epilogue (attention output projections: their inputs are weighted means of
 # value rows) take every row at one scale: on MiniLM's 2,000 paragraphs 0.7% of their rows were over twice the
 # median, and leaving them in int8 moved the min cosine against float32 0.99617 -> 0.99645 and the mean error 0.001476
-# -> 0.001497, and saved 318 bf16 recomputes an encode: 1.07x end to end (Zen 5, 12 alternating encodes each)
+# -> 0.001497, and saved 318 bf16 recomputes an encode: 1.07x end to end in one A/B (Zen 5; such A/Bs drift 1-7%)
 RESIDUAL_OUTLIER_FACTOR = math.inf
 # oneDNN builds a primitive for every new row count (0.4-1.3 ms each on a Xeon; a first pass over 2,000 paragraphs met
 # 387 new ones, 9% of its time): the int8 GEMMs' rows are padded to a multiple of ROW_MULTIPLE (zero rows, dropped
