@@ -49,10 +49,7 @@ struct Bf16 {
         step(d, krow, acc);
         step(d + 2, krow + width, acc2);
       }
-      _Pragma("GCC unroll 16")
-      for (int r = 0; r < ROWS; ++r)
-        _Pragma("GCC unroll 16")
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
+      add_into(acc, acc2);
     } else {
       for (int d = 0; d < D; d += 2, krow += width) step(d, krow, acc);
     }
@@ -117,11 +114,7 @@ struct Bf16 {
         pair(pcol + 2, vrow + D, acc2);
       }
     for (; pcol < pend; pcol += 2, vrow += D) pair(pcol, vrow, acc);
-    if constexpr (SETS == 2)
-      _Pragma("GCC unroll 16")
-      for (int r = 0; r < ROWS; ++r)
-        _Pragma("GCC unroll 16")
-        for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], acc2[r][c]);
+    if constexpr (SETS == 2) add_into(acc, acc2);
     alignas(64) uint16_t tmp[ROWS][NC][16];  // constant indices only: acc stays in registers
     _Pragma("GCC unroll 16")
     for (int r = 0; r < ROWS; ++r)

@@ -26,6 +26,15 @@ __attribute__((always_inline)) inline void zero(__m512 (&acc)[R][C]) {
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
 }
 
+// acc += more, accumulator by accumulator (a block's second set of accumulators folded into the first).
+template <int R, int C>
+__attribute__((always_inline)) inline void add_into(__m512 (&acc)[R][C], const __m512 (&more)[R][C]) {
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r)
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], more[r][c]);
+}
+
 // A register block's scores (acc[r][c]: row r, keys j + 16 c ...) stored to s (row r at s + r * width), and each
 // row's running max (rowmax) raised by them; of the last vector only the keys before j1 count (`keys` = j1 - j; past
 // j1 K^T is zero). Both kernels' scores end with it.
