@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from wde_core.modeling.layers import LayerNorm, Linear
+from wde_core.modeling.layers import LayerNorm, Linear, onednn_takes
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"])
@@ -62,10 +62,12 @@ def test_prepacked_weights_match_plain_torch(dtype, widen, monkeypatch):
     atol, rtol = (1e-5, 0.0) if dtype == torch.float32 else (4e-3, 2**-7)
     with torch.inference_mode():
         outputs = {"plain": second(first(x)), "plain+residual": second(first(x), residual=x)}
+        packs = dtype == torch.float32 or widen or onednn_takes(torch.bfloat16)  # no oneDNN bf16 on AVX2 CPUs
         for layer in (first, second):
             layer.prepack()
-            assert layer.packed_weight is not None and layer.packed_weight.is_mkldnn and layer.widened == widen
-            assert layer.packed_weight.dtype == (torch.float32 if widen else dtype)
+            assert (layer.packed_weight is not None) == packs and layer.widened == widen
+            assert not packs or (layer.packed_weight.is_mkldnn
+                                 and layer.packed_weight.dtype == (torch.float32 if widen else dtype))
         outputs |= {"packed": second(first(x)), "packed+residual": second(first(x), residual=x)}
         outputs["packed, one row"] = second(first(x[:1]))  # laid out for 4,096 rows, it serves any count
     for name, got in outputs.items():
@@ -94,6 +96,32 @@ def test_bf16_gemms_are_widened_exactly_on_x86_cpus_whose_bf16_products_are_slow
     layer = Linear(16, 16).to(torch.bfloat16)
     layer.prepack()
     assert layer.widened == (widens_bf16_gemms() and torch.backends.mkldnn.is_available())
+
+
+def test_onednn_takes_bf16_only_where_the_cpu_has_avx512_core():
+    """oneDNN's bf16 linear needs AVX512BW/VL/DQ (or AMX / AVX-NE-CONVERT) on x86: read off /proc/cpuinfo here, and on
+    an AVX2-only CPU (AMD Zen 3) an unprepacked and a prepacked bf16 layer still run, by torch's path or widened."""
+    import platform
+
+    from wde_core.plugin_api import cpu_flags
+
+    flags = cpu_flags()
+    if platform.machine() not in ("x86_64", "AMD64") or not flags:
+        pytest.skip("reads x86 flags from /proc/cpuinfo (hardware)")
+    assert onednn_takes(torch.float32)
+    if {"avx512bw", "avx512vl", "avx512dq"} <= flags:
+        assert onednn_takes(torch.bfloat16)
+    elif not flags & {"amx_bf16", "avx_ne_convert"}:
+        assert not onednn_takes(torch.bfloat16)
+    torch.manual_seed(2)
+    layer, x = Linear(16, 8, activation="gelu").bfloat16(), torch.randn(4, 16).bfloat16()
+    want = F.gelu(F.linear(x.float(), layer.weight.float(), layer.bias.float()))
+    with torch.inference_mode():
+        plain = layer(x)
+        layer.prepack()
+        packed = layer(x)
+    for got in (plain, packed):
+        torch.testing.assert_close(got.float(), want, atol=4e-3, rtol=2**-7)
 
 
 def test_layer_norm_is_torch_s_until_a_kernel_takes_its_rows():

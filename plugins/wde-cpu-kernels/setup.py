@@ -35,6 +35,9 @@ def compiler_takes(flags: list[str]) -> bool:
 
 FLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-mavx512bf16",
          "-fno-math-errno", "-fno-trapping-math"] + (AMX if compiler_takes(AMX) else [])
+# the same kernels in 8-lane vectors for CPUs with AVX2 and FMA but no AVX-512 (AMD Zen 1-3, Intel client cores and
+# Xeons before Skylake-SP): wde_cpu_kernels._varlen_avx2, loaded where _varlen cannot run (csrc/avx2/)
+AVX2_FLAGS = ["-O3", "-fopenmp", "-mavx2", "-mfma", "-fno-math-errno", "-fno-trapping-math"]
 
 
 
@@ -73,6 +76,10 @@ setup(
                                                               "varlen_attention_amx.cpp", "quantize.cpp",
                                                               "layer_norm.cpp")],
                               include_dirs=[str(CSRC.resolve())], extra_compile_args=FLAGS,
+                              extra_link_args=["-fopenmp"]),
+                 CppExtension("wde_cpu_kernels._varlen_avx2",
+                              [str(CSRC / "avx2" / name) for name in ("varlen_attention_avx2.cpp", "rows_avx2.cpp")],
+                              include_dirs=[str(CSRC.resolve())], extra_compile_args=AVX2_FLAGS,
                               extra_link_args=["-fopenmp"])],
     cmdclass={"build_ext": ParallelBuildExtension},
     options={"build": {"build_base": str(OUT_OF_TREE / "build")}, "egg_info": {"egg_base": str(OUT_OF_TREE)}},

@@ -4,6 +4,8 @@ plugin may take over; RMSNorm."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,9 +22,22 @@ PREPACK_ROWS = 4096  # the batch size oneDNN lays the weight out for (the layout
 _FUSED_DTYPES = (torch.float32, torch.bfloat16)
 
 
+@functools.lru_cache(maxsize=None)
+def onednn_takes(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's CPU linear runs ``dtype`` here: float32 wherever torch has oneDNN, bfloat16 only where oneDNN
+    has bf16 kernels for this CPU (none on an AVX2-only CPU such as AMD Zen 3, where it refuses to build the product)."""
+    if dtype == torch.bfloat16:
+        return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
+    return dtype in _FUSED_DTYPES
+
+
+def _cpu_rows(x: torch.Tensor) -> bool:
+    """Whether ``x`` is 2-D rows on the CPU of a torch with oneDNN's fused linear."""
+    return _POINTWISE is not None and x.device.type == "cpu" and x.dim() == 2 and torch.backends.mkldnn.is_available()
+
+
 def _can_fuse(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (_POINTWISE is not None and x.device.type == "cpu" and x.dtype in _FUSED_DTYPES
-            and weight.dtype == x.dtype and x.dim() == 2 and torch.backends.mkldnn.is_available())
+    return _cpu_rows(x) and weight.dtype == x.dtype and onednn_takes(x.dtype)
 
 
 class Linear(nn.Linear):
@@ -47,14 +62,20 @@ class Linear(nn.Linear):
         that no call reorders it (bf16 bge-base shape 1.12x end to end over a plain oneDNN copy, which was itself
         13% faster in fp32 and 35% in bf16 than the strided weight); the worker calls it once the weights are final.
         A bf16 weight is widened to float32 where ``widens_bf16_gemms()`` (a bge-base shape 1.47x on an Intel Xeon
-        without AMX: oneDNN's bf16 GEMMs ran at 173 GFLOP/s there, float32's at 288)."""
+        without AMX: oneDNN's bf16 GEMMs ran at 173 GFLOP/s there, float32's at 288; on an AVX2-only CPU oneDNN has no
+        bf16 product at all). A weight oneDNN cannot take (``onednn_takes``) is not packed: torch's own path runs it."""
         self.packed_weight, self.wide_bias, self.widened = None, None, False
-        if _can_fuse(self.weight, self.weight):
-            weight = self.weight.detach()
-            self.widened = weight.dtype == torch.bfloat16 and (self.act is None or self.epilogue) and widens_bf16_gemms()
-            if self.widened:
-                weight, self.wide_bias = weight.float(), None if self.bias is None else self.bias.detach().float()
-            self.packed_weight = _REORDER(weight, PREPACK_ROWS) if _REORDER is not None else weight.to_mkldnn()
+        weight = self.weight.detach()
+        if not _cpu_rows(weight):
+            return
+        if weight.dtype == torch.bfloat16 and (self.act is None or self.epilogue) and widens_bf16_gemms():
+            weight = weight.float()
+        if not _can_fuse(weight, weight):
+            return
+        self.widened = weight.dtype != self.weight.dtype
+        if self.widened:
+            self.wide_bias = None if self.bias is None else self.bias.detach().float()
+        self.packed_weight = _REORDER(weight, PREPACK_ROWS) if _REORDER is not None else weight.to_mkldnn()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.kernel is not None:
@@ -63,11 +84,11 @@ class Linear(nn.Linear):
 
     def dense(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """The layer in the weights' own dtype: what ``forward`` runs when no ``kernel`` is set."""
+        if self.widened and x.dtype == torch.bfloat16 and _cpu_rows(x):  # through the widened float32 weight
+            return self.fused(x.float(), self.packed_weight, self.wide_bias,
+                              residual if residual is None else residual.float()).to(x.dtype)
         fuse = _can_fuse(x, self.weight)
         weight = self.packed_weight if fuse and self.packed_weight is not None else self.weight
-        if fuse and self.widened:  # bf16 rows through the widened float32 weight (prepack), rounded back
-            return self.fused(x.float(), weight, self.wide_bias, residual if residual is None else residual.float(),
-                              ).to(x.dtype)
         if self.act is None and residual is None and weight is self.weight:
             return F.linear(x, self.weight, self.bias)
         if fuse:

@@ -5,6 +5,7 @@ cross-encoder's ranking (Spearman against float32), the refusals, and what `wde 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,11 @@ from scipy.stats import spearmanr
 
 from conftest import cosines, cpu_flags, save_random_bert, wiki_paragraphs
 from wde_core import Engine
-from wde_core.plugin_api import Linear
+from wde_core.plugin_api import Linear, onednn_takes
 from wde_cpu_kernels import int8
 from wde_cpu_kernels.attention import varlen_kernel
 
-HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
-needs_kernel = pytest.mark.skipif(not HAS_AVX512, reason="no AVX-512 on this CPU (hardware)")
+from kernel_builds import needs_kernel, runs
 
 
 @needs_kernel
@@ -110,9 +110,9 @@ def test_quantized_rows_are_padded_to_a_multiple_with_the_zero_point(signed):
 def reference_int8(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:
     """The same quantization done by hand in float64: per-channel weights, one activation scale for the ordinary
     rows, the outlier rows exactly in float (a layer adding a residual has none: every row at one scale)."""
-    w = layer.weight.double()
-    w_scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
-    wq = torch.round(w / w_scale[:, None]).clamp(-127, 127)
+    w, levels = layer.weight.double(), int8.weight_levels()  # 127, or 63 without an int8 dot product (its own test)
+    w_scale = (w.abs().amax(dim=1) / levels).clamp(min=1e-12)
+    wq = torch.round(w / w_scale[:, None]).clamp(-levels, levels)
     magnitudes = x.double().abs().amax(dim=1)
     factor = int8.FFN_OUTLIER_FACTOR if layer.activation else int8.OUTLIER_FACTOR  # FFN in: 3, else 2
     factor = float("inf") if residual is not None else factor
@@ -137,8 +137,9 @@ def test_one_layer_equals_the_int8_arithmetic(activation, residual):
     res = torch.randn(40, 48) if residual else None
     layer.kernel = int8.Int8Kernel(layer)
     got = layer(x, res)
-    # an FFN in (a layer with an activation) writes bfloat16: only the down projection reads it, to quantize it
-    assert got.dtype == (torch.bfloat16 if activation else torch.float32)
+    # an FFN in (a layer with an activation) writes bfloat16: only the down projection reads it, to quantize it (float32
+    # where oneDNN has no bf16 on this CPU: AVX2 only)
+    assert got.dtype == (torch.bfloat16 if activation and onednn_takes(torch.bfloat16) else torch.float32)
     expected = reference_int8(layer, x, res)
     assert_within_rounding(got, expected)
     dense = layer.dense(x[[3, 17]], None if res is None else res[[3, 17]])
@@ -155,6 +156,27 @@ def assert_within_rounding(got: torch.Tensor, expected: torch.Tensor) -> None:
     """``got`` equals the float64 ``expected`` to 1e-4, plus half a bf16 unit where ``got`` is bf16 (2^-9 relative)."""
     rounding = expected.abs() * 2.0 ** -8 if got.dtype == torch.bfloat16 else 0.0
     assert bool(((got.double() - expected).abs() <= rounding + 1e-4).all()), (got.double() - expected).abs().max()
+
+
+def test_weights_take_7_bits_exactly_where_the_cpu_has_no_int8_dot_product():
+    """63 levels on x86 CPUs without AVX512-VNNI, AVX-VNNI or AMX-INT8 (read off /proc/cpuinfo here), 127 elsewhere;
+    and a layer whose every product is at its largest (activations 255 as uint8, weights at the top level) gives the
+    exact int8 arithmetic, which int16 pair sums past 32,767 would not (vpmaddubsw saturating, on those CPUs)."""
+    import platform
+
+    info = open("/proc/cpuinfo", encoding="utf-8").read() if os.path.exists("/proc/cpuinfo") else ""
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    dot_product = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    assert int8.weight_levels() == (63.0 if x86 and not dot_product else 127.0)
+    layer = Linear(64, 8)
+    with torch.no_grad():
+        layer.weight.fill_(1.0), layer.bias.zero_()
+        layer.weight[1::2] *= -1.0
+    x = torch.full((4, 64), 3.0)  # every activation at the scale's top: uint8 255
+    layer.kernel = int8.Int8Kernel(layer)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), x @ layer.weight.T, atol=1e-4, rtol=1e-5)
 
 
 def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8(monkeypatch):
@@ -174,9 +196,9 @@ def reference_per_token(layer: Linear, x: torch.Tensor, residual=None) -> torch.
     """Per-token int8 done by hand: per-channel weights, each row its own scale (the row quantized in float32, as
     x * (127 / max |x|), rounded half to even; the weights in float32 as the kernel does: bf16 weights land on
     rounding ties), the products and dequantization in float64."""
-    w = layer.weight.float()
-    w_scale = (w.abs().amax(dim=1) / 127).clamp(min=1e-12)
-    wq, w_scale = torch.round(w / w_scale[:, None]).clamp(-127, 127).double(), w_scale.double()
+    w, levels = layer.weight.float(), int8.weight_levels()
+    w_scale = (w.abs().amax(dim=1) / levels).clamp(min=1e-12)
+    wq, w_scale = torch.round(w / w_scale[:, None]).clamp(-levels, levels).double(), w_scale.double()
     magnitude = x.float().abs().amax(dim=1, keepdim=True)
     inverse = torch.full_like(magnitude, 127.0) / magnitude  # a division: torch's 127 / t is 127 * (1 / t)
     xq = torch.round(x.float() * inverse).clamp(-128, 127).double()
@@ -212,6 +234,37 @@ def test_a_down_projection_equals_the_per_token_arithmetic(dtype, residual):
 
 
 
+def test_the_avx2_build_s_row_kernels_equal_the_avx512_build_s():
+    """Where the CPU runs both builds (every AVX-512 CPU), the AVX2 module's quantizers give the same bytes, scales and
+    outliers as the AVX-512 module's, its dequantization and LayerNorm the same values to float rounding, on rows
+    whose width is not a multiple of 8 or 16 (the masked tails) as well."""
+    if not runs("AVX512"):
+        pytest.skip("no AVX-512 on this CPU (hardware): the AVX2 build alone runs here")
+    from wde_cpu_kernels import _varlen, _varlen_avx2
+
+    torch.manual_seed(3)
+    for cols in (384, 100, 7):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = (torch.randn(37, cols) * torch.rand(37, 1) * 4).to(dtype)
+            x[5] *= 30  # an outlier row
+            for name, args in (("quantize_batch_uint8", (x, 2.0, False, 16)), ("quantize_rows_uint8", (x, True, 16)),
+                               ("quantize_uint8", (x, 0.03, False, 1)), ("row_absmax", (x,))):
+                ours, theirs = getattr(_varlen_avx2, name)(*args), getattr(_varlen, name)(*args)
+                for a, b in zip(ours if isinstance(ours, tuple) else (ours,), theirs if isinstance(theirs, tuple)
+                                else (theirs,), strict=True):
+                    assert (a == b) if isinstance(a, float) else torch.equal(a, b), (name, cols, dtype)
+            weight, bias = torch.randn(cols), torch.randn(cols)
+            torch.testing.assert_close(_varlen_avx2.layer_norm(x, weight, bias, 1e-12),
+                                       _varlen.layer_norm(x, weight, bias, 1e-12), atol=1e-5, rtol=1e-5)
+            products, scales = torch.randn(37, cols), torch.rand(37)
+            for residual in (None, x):
+                torch.testing.assert_close(_varlen_avx2.dequantize_rows(products, scales, bias, residual,
+                                                                        dtype == torch.bfloat16),
+                                           _varlen.dequantize_rows(products, scales, bias, residual,
+                                                                   dtype == torch.bfloat16), atol=1e-6, rtol=1e-6)
+
+
+@needs_kernel
 def test_the_compiled_quantization_is_named_in_torch_profiles():
     """bench-cpu splits wde's time by the profiler's events: the compiled (de)quantization and LayerNorm calls, not
     torch ops, are named there while a profile records (else they would count as host work)."""

@@ -1,4 +1,4 @@
-"""cpu_varlen, wde's AVX-512 varlen attention kernel: against the eager reference (varlen, causal, sliding
+"""cpu_varlen, wde's varlen attention kernel (each build this CPU runs: AVX-512, AVX2): against the eager reference (varlen, causal, sliding
 window, grouped KV heads, head sizes 16-128, strided views of a fused QKV), its automatic choice on CPU in
 float32, the fallback to torch_sdpa, whole-model parity through it, and that it was compiled at install (an
 engine's first call builds nothing)."""
@@ -21,15 +21,19 @@ from wde_cpu_kernels.attention import (NativeCpuAttention, bf16_products, has_av
                                        unavailable_reason, varlen_kernel)
 from wde_core.plugin_api import SdpaAttention
 
-HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
-# no AVX-512 is the hardware (as no GPU): the only reason the installed kernel may be unusable here
-needs_kernel = pytest.mark.skipif(not HAS_AVX512, reason="no AVX-512 on this CPU (hardware)")
+from kernel_builds import HAS_KERNEL, build, needs_kernel, runs  # noqa: F401 (build: a fixture)
+
+HAS_AVX512 = runs("AVX512")
 # the vendor read here, independently of wde_core.plugin_api.cpu_vendor (the bf16 path depends on it)
 INTEL = os.path.exists("/proc/cpuinfo") and "GenuineIntel" in open("/proc/cpuinfo", encoding="utf-8").read()
 
 
-def test_the_installed_kernel_loads_where_the_cpu_has_avx512():
-    assert (varlen_kernel() is not None) == HAS_AVX512, unavailable_reason()
+def test_the_installed_kernel_loads_where_the_cpu_has_avx512_or_avx2():
+    """The AVX-512 build where the CPU has AVX-512, else the AVX2 one where it has AVX2 (torch's reading of the CPU)."""
+    kernel = varlen_kernel()
+    assert (kernel is not None) == HAS_KERNEL, unavailable_reason()
+    if HAS_KERNEL:
+        assert kernel.__name__ == ("wde_cpu_kernels._varlen" if HAS_AVX512 else "wde_cpu_kernels._varlen_avx2")
 
 
 @needs_kernel
@@ -78,7 +82,7 @@ CASES = [([5, 17, 33, 1, 100, 250], 4, 2, 32), ([7, 130, 64], 12, 12, 64), ([300
 @pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 3, 40])
-def test_kernel_matches_the_eager_reference(seq_lens, heads, kv_heads, dim, causal, window):
+def test_kernel_matches_the_eager_reference(build, seq_lens, heads, kv_heads, dim, causal, window):
     q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim)
     ours = attend(NativeCpuAttention(), q, k, v, seq_lens, causal, window)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, window)
@@ -86,13 +90,15 @@ def test_kernel_matches_the_eager_reference(seq_lens, heads, kv_heads, dim, caus
     assert (ours - reference).abs().max().item() < 1e-5
 
 
-def bf16_kernel_path(path, q, k, v, seq_lens, causal, window):
-    """The kernel's bf16 output by ``path``: ``"pairs"`` (AVX512-BF16 dot products) or ``"widened"`` (fp32 FMAs)."""
+def bf16_kernel_path(path, q, k, v, seq_lens, causal, window, kernel=None):
+    """The kernel's bf16 output by ``path``: ``"pairs"`` (AVX512-BF16 dot products) or ``"widened"`` (fp32 FMAs), of
+    ``kernel`` (a build; the loaded one by default)."""
+    kernel = kernel or varlen_kernel()
     cu = [0, *torch.tensor(seq_lens).cumsum(0).tolist()]
     reach, scale = -1 if window is None else window, q.shape[-1] ** -0.5
     if path == "pairs":
-        return varlen_kernel().varlen_attention_bf16(q, k, v, cu, causal, reach, scale, amx=False)
-    return varlen_kernel().varlen_attention(q, k, v, cu, causal, reach, scale)
+        return kernel.varlen_attention_bf16(q, k, v, cu, causal, reach, scale, amx=False)
+    return kernel.varlen_attention(q, k, v, cu, causal, reach, scale)
 
 
 @needs_kernel
@@ -100,17 +106,17 @@ def bf16_kernel_path(path, q, k, v, seq_lens, causal, window):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 40])
 @pytest.mark.parametrize("path", ["pairs", "widened"])
-def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal, window,
-                                                                  path):
+def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(build, seq_lens, heads, kv_heads, dim, causal,
+                                                                  window, path):
     """Both bf16 paths (whichever ``bf16_products`` picks here; the pairs only where the CPU has AVX512-BF16), every
     head size's packing (16 and 48: part-filled blocks of 16 key pairs) and the short exp polynomial: no further from
     fp32 than torch's own bf16 attention."""
-    if path == "pairs" and not has_avx512_bf16():
-        pytest.skip("no AVX512-BF16 on this CPU (hardware)")
+    if path == "pairs" and not (has_avx512_bf16() and hasattr(build, "varlen_attention_bf16")):
+        pytest.skip("no AVX512-BF16 on this CPU, or the AVX2 build (fp32 arithmetic only)")
     q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=7)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, window)
     half = [x.bfloat16() for x in (q, k, v)]
-    ours = bf16_kernel_path(path, *half, seq_lens, causal, window).float()
+    ours = bf16_kernel_path(path, *half, seq_lens, causal, window, build).float()
     theirs = attend(SdpaAttention(), *half, seq_lens, causal, window).float()
     ours_err, theirs_err = ((x - reference).abs() for x in (ours, theirs))
     assert ours_err.max() <= 1.2 * theirs_err.max() and ours_err.mean() <= 1.1 * theirs_err.mean()
@@ -120,13 +126,13 @@ def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads,
 @pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 3])
-def test_widened_bfloat16_is_the_fp32_kernel_on_the_widened_rows_rounded_once(seq_lens, heads, kv_heads, dim, causal,
-                                                                               window):
+def test_widened_bfloat16_is_the_fp32_kernel_on_the_widened_rows_rounded_once(build, seq_lens, heads, kv_heads, dim,
+                                                                               causal, window):
     """bf16 rows widened inside the kernel (query rows per register block, keys and values per item) give exactly
     the fp32 kernel's output on ``.float()`` copies of them, rounded to bf16 half to even: nothing else is rounded."""
     half = [x.bfloat16() for x in packed_qkv(seq_lens, heads, kv_heads, dim, seed=13)]
-    widened = bf16_kernel_path("widened", *half, seq_lens, causal, window)
-    on_copies = bf16_kernel_path("widened", *(x.float() for x in half), seq_lens, causal, window)
+    widened = bf16_kernel_path("widened", *half, seq_lens, causal, window, build)
+    on_copies = bf16_kernel_path("widened", *(x.float() for x in half), seq_lens, causal, window, build)
     assert widened.dtype == torch.bfloat16 and torch.equal(widened, on_copies.bfloat16())
 
 
@@ -135,7 +141,7 @@ def test_amx_is_used_exactly_where_the_cpu_has_it():
     """AMX tiles where the CPU has them; else AVX512-BF16 pairs, except on Intel cores (``vdpbf16ps`` at half the
     FMAs' rate there) and CPUs without AVX512-BF16, which widen bf16 to fp32; and native_attention takes that path."""
     has_amx = {"amx_bf16", "amx_tile"} <= cpu_flags()
-    assert varlen_kernel().amx_available() == has_amx
+    assert getattr(varlen_kernel(), "amx_available", lambda: False)() == has_amx  # the AVX-512 build's
     expected = ("AMX tiles" if has_amx else "AVX512-BF16" if has_avx512_bf16() and not INTEL
                 else "fp32 FMAs (bf16 widened)")
     assert bf16_products() == expected
@@ -189,7 +195,7 @@ def test_onednns_isa_cap_keeps_the_kernel_off_amx(monkeypatch):
 
 
 @needs_kernel
-def test_scale_and_bfloat16_inputs():
+def test_scale_and_bfloat16_inputs(build):
     seq_lens = [40, 3, 77]
     q, k, v = packed_qkv(seq_lens, 4, 4, 32, seed=3)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, False, None, 0.05)
@@ -203,15 +209,16 @@ def test_scale_and_bfloat16_inputs():
 def test_auto_choice_on_cpu_float32_and_parity_with_hf(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), device="cpu")
     assert engine.pipeline.components["attention_backend"].name == "cpu_varlen"
-    assert engine.pipeline.reasons["attention_backend"] == "auto: wde's AVX-512 varlen kernel on cpu with float32"
+    isa = "AVX512" if HAS_AVX512 else "AVX2"
+    assert engine.pipeline.reasons["attention_backend"] == f"auto: wde's {isa} varlen kernel on cpu with float32"
     bf16 = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")  # widened to fp32 without AVX512-BF16
     assert bf16.pipeline.components["attention_backend"].name == "cpu_varlen"
-    assert bf16.pipeline.reasons["attention_backend"] == ("auto: wde's AVX-512 varlen kernel on cpu with bfloat16 "
+    assert bf16.pipeline.reasons["attention_backend"] == (f"auto: wde's {isa} varlen kernel on cpu with bfloat16 "
                                                           f"(products by {bf16_products()})")
 
 
 @needs_kernel
-def test_whole_model_matches_hf_through_the_kernel(tmp_path):
+def test_whole_model_matches_hf_through_the_kernel(build, tmp_path):
     directory = save_random_bert(tmp_path / "bert", seed=5, hidden_size=128, num_attention_heads=4,
                                  num_hidden_layers=3, intermediate_size=256, max_position_embeddings=300)
     reference = BertModel.from_pretrained(directory, attn_implementation="eager").eval()
@@ -235,7 +242,7 @@ def test_disabled_kernel_falls_back_to_torch_sdpa_and_says_why(tiny_bert_dir, mo
 
 
 @needs_kernel
-def test_head_sizes_the_kernel_does_not_take_use_the_sdpa_path():
+def test_head_sizes_the_kernel_does_not_take_use_the_sdpa_path(build):
     seq_lens = [9, 30, 4]
     q, k, v = packed_qkv(seq_lens, 4, 2, 8)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, True, None)

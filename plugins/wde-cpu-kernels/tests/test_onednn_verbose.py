@@ -10,8 +10,7 @@ import sys
 import pytest
 import torch
 
-HAS_AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
-needs_kernel = pytest.mark.skipif(not HAS_AVX512, reason="no AVX-512 on this CPU (hardware)")
+from kernel_builds import needs_kernel, runs
 
 
 ONEDNN_PROBE = """
@@ -42,7 +41,9 @@ def test_onednn_runs_a_jit_int8_kernel_not_its_reference_one(isa_cap):
     run = subprocess.run([sys.executable, "-c", ONEDNN_PROBE], capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr
     matmuls = [line.split(",")[6] for line in run.stdout.splitlines() if ",exec,cpu,matmul," in line]
-    assert len(matmuls) == 8 and all(impl.startswith("brg_matmul") for impl in matmuls), matmuls
+    assert len(matmuls) == 8 and not any(impl.startswith("ref") for impl in matmuls), matmuls
+    if runs("AVX512"):  # AVX2 CPUs run oneDNN's gemm:jit for them (a bf16 output there fell to ref_int8: float32 now)
+        assert all(impl.startswith("brg_matmul") for impl in matmuls), matmuls
     if isa_cap:
         assert not any("amx" in impl for impl in matmuls), matmuls
 
@@ -74,5 +75,9 @@ def test_batches_of_nearby_sizes_reuse_onednns_primitives():
     batches = run.stdout.split("BATCH")[:3]
     misses = [[line for line in batch.splitlines() if "create:cache_miss" in line and ("matmul" in line or
                "inner_product" in line)] for batch in batches]
-    assert len(misses[0]) >= 3, misses[0]  # QKV's and the down projection's int8 matmuls, the outliers' bf16 one
+    from wde_core.plugin_api import onednn_takes
+
+    # QKV's and the down projection's int8 matmuls, the outliers' bf16 one (torch's own bf16 product where oneDNN has
+    # no bf16 on this CPU: AVX2 only)
+    assert len(misses[0]) >= (3 if onednn_takes(torch.bfloat16) else 2), misses[0]
     assert misses[1] == [] and misses[2] == [], misses[1:]

@@ -1,15 +1,18 @@
 """``cpu_varlen``: wde's own CPU attention kernel (``csrc/``), varlen attention straight over the packed
-batch with AVX-512: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32
-arithmetic (bf16 rows widened as the kernel packs them), and for bf16 on AMD CPUs with AVX512-BF16 pair dot products
-(``varlen_attention_bf16.cpp``), or AMX tile products where the CPU has AMX-BF16 and the head size is a multiple of
-32 (``varlen_attention_amx.cpp``); see ``bf16_products``.
-Compiled when the distribution is installed (``setup.py``: the extension module ``wde_cpu_kernels._varlen``),
-so nothing is built at run time. Where it cannot be used (no AVX-512, a module that does not load,
-``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and ``wde inspect`` says why."""
+batch: no padded block, no mask tensor, scores and softmax in a per-thread buffer; fp32 arithmetic (bf16 rows widened
+as the kernel packs them), and for bf16 on AMD CPUs with AVX512-BF16 pair dot products (``varlen_attention_bf16.cpp``),
+or AMX tile products where the CPU has AMX-BF16 and the head size is a multiple of 32 (``varlen_attention_amx.cpp``);
+see ``bf16_products``. Two builds of the module: ``_varlen`` in AVX-512 (with the bf16 and AMX paths) and
+``_varlen_avx2`` in AVX2 + FMA for CPUs without AVX-512 (AMD Zen 1-3, Intel client cores; fp32 arithmetic only),
+each with the int8 row kernels (``int8.py``) and LayerNorm; ``varlen_kernel`` loads the one this CPU runs.
+Compiled when the distribution is installed (``setup.py``), so nothing is built at run time. Where neither can be
+used (no AVX2, a module that does not load, ``WDE_NATIVE_ATTENTION=0``), CPU pipelines use ``torch_sdpa`` and
+``wde inspect`` says why."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -28,22 +31,29 @@ def unavailable_reason() -> str | None:
     """Why the kernel cannot be used on this machine, or ``None`` when it can."""
     if os.environ.get("WDE_NATIVE_ATTENTION", "1") == "0":
         return "WDE_NATIVE_ATTENTION=0"
-    if "AVX512" not in torch.backends.cpu.get_cpu_capability():
-        return f"the CPU has no AVX-512 (torch reports {torch.backends.cpu.get_cpu_capability()})"
+    if kernel_isa() is None:
+        return f"the CPU has neither AVX-512 nor AVX2 (torch reports {torch.backends.cpu.get_cpu_capability()})"
     return LOAD_ERRORS[0] if LOAD_ERRORS else None
+
+
+def kernel_isa() -> str | None:
+    """The build of the module this CPU runs, by torch's reading of it: ``"AVX512"`` (``_varlen``), ``"AVX2"``
+    (``_varlen_avx2``: AVX2 and FMA, no AVX-512), or ``None``."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    return "AVX512" if "AVX512" in capability else "AVX2" if capability == "AVX2" else None
 
 
 @functools.lru_cache(maxsize=1)
 def varlen_kernel():
-    """The compiled module (``varlen_attention(q, k, v, cu_seqlens, causal, window, scale)``), or ``None``."""
+    """The compiled module for this CPU (``varlen_attention(q, k, v, cu_seqlens, causal, window, scale)``, the int8
+    row kernels, ``layer_norm``), or ``None``."""
     reason = unavailable_reason()
     if reason is None:
+        name = "_varlen" if kernel_isa() == "AVX512" else "_varlen_avx2"
         try:
-            from wde_cpu_kernels import _varlen
-
-            return _varlen
+            return importlib.import_module(f"wde_cpu_kernels.{name}")
         except ImportError as exc:  # built against another torch, or not built: SDPA still works
-            reason = (f"wde_cpu_kernels._varlen does not load ({exc}); reinstall wde-cpu-kernels with "
+            reason = (f"wde_cpu_kernels.{name} does not load ({exc}); reinstall wde-cpu-kernels with "
                       "--no-build-isolation against the installed torch")
             LOAD_ERRORS.append(reason)
     logger.info("native CPU attention unavailable: %s", reason)
@@ -75,7 +85,7 @@ def bf16_products() -> str:
     207), so fp32 FMAs have twice its products' rate there (MiniLM's attention over 2,000 paragraphs 1.25x faster),
     where AMD Zen 4 issues one of each a cycle and the pairs have twice the FMAs' rate."""
     kernel = varlen_kernel()
-    if not has_avx512_bf16():
+    if not has_avx512_bf16() or not hasattr(kernel, "varlen_attention_bf16"):  # (the AVX2 build has fp32 only)
         return WIDENED
     if kernel is not None and kernel.amx_available() and amx_allowed():
         return "AMX tiles"
@@ -111,7 +121,7 @@ class NativeMetadata(AttentionMetadata):
 
 
 class NativeCpuAttention(SdpaAttention):
-    """The AVX-512 varlen kernel on CPU (``torch_sdpa``'s CPU path for head sizes that are not a multiple of
+    """The AVX-512 or AVX2 varlen kernel on CPU (``torch_sdpa``'s CPU path for head sizes that are not a multiple of
     16); refused before loading where it cannot be built."""
 
     def __init__(self, pipeline=None) -> None:

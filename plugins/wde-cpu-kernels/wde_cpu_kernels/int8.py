@@ -27,10 +27,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import platform
 
 import torch
 
-from wde_core.plugin_api import LayerNorm, Linear, cpu_flags
+from wde_core.plugin_api import LayerNorm, Linear, cpu_flags, onednn_takes
 
 from wde_cpu_kernels.cpu import amx_allowed
 
@@ -68,6 +69,17 @@ def signed_activations() -> bool:
     (about 1,000x slower on a Zen 5), so uint8 it is there."""
     amx_int8 = {"amx_int8", "amx_tile"} <= cpu_flags() and bool(getattr(torch.cpu, "_is_amx_tile_supported", bool)())
     return amx_int8 and amx_allowed()
+
+
+@functools.lru_cache(maxsize=1)
+def weight_levels() -> float:
+    """The largest int8 weight magnitude: 127, or 63 on x86 CPUs without an int8 dot product instruction (AVX512-VNNI,
+    AVX-VNNI, AMX-INT8: AVX2-only CPUs such as AMD Zen 3, Xeons before Cascade Lake). There oneDNN multiplies the
+    uint8 activations by the int8 weights with ``vpmaddubsw``, whose int16 sum of two products saturates past 32,767
+    (255 x 127 x 2 = 64,770; 255 x 63 x 2 = 32,130): one MiniLM-sized layer came out up to 0.58 off the int8
+    arithmetic with 127. 7-bit weights are NNCF's "overflow fix" for the same CPUs (OpenVINO's static int8)."""
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    return 63.0 if x86 and not {"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags() else QMAX
 
 
 def zero_point() -> int:
@@ -131,8 +143,12 @@ class Int8Kernel:
         self.outlier_factor = FFN_OUTLIER_FACTOR if layer.activation else OUTLIER_FACTOR
         # an FFN in's output feeds only the down projection, which quantizes it per token: written in bfloat16 it is
         # half the bytes to write and read again (rounding 8 bits finer than int8's); every other output is in the
-        # model's dtype
-        self.out_dtype = torch.bfloat16 if layer.activation else layer.weight.dtype
+        # model's dtype. Where oneDNN has no bf16 on this CPU (AVX2 only: a bf16 output falls to its reference int8
+        # kernel, and a bf16 residual add is refused) oneDNN writes float32, narrowed to a bf16 model's dtype after.
+        self.model_dtype = layer.weight.dtype
+        wanted = torch.bfloat16 if layer.activation else self.model_dtype
+        self.out_dtype = wanted if onednn_takes(wanted) else torch.float32
+        self.narrows = not layer.activation and self.out_dtype != self.model_dtype
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``act(x @ W.T + b) + residual`` in the model's dtype (an FFN in's in bfloat16): the product in int8, outlier
@@ -171,22 +187,27 @@ class Int8Kernel:
                 quantized, scale, zero_point(), self.packed, self.weight_scale, self.zero_points,
                 residual.reshape(-1, self.out_features).to(out_dtype), self.bias, 1.0, 0, out_dtype, 1.0, 0, "add",
                 1.0, "none", [], "")
-            return y.view(*x.shape[:-1], self.out_features)
+            return self.narrowed(y).view(*x.shape[:-1], self.out_features)
         y = torch.ops.onednn.qlinear_pointwise(quantized, scale, zero_point(), self.packed, self.weight_scale,
                                                self.zero_points,
                                                self.bias, 1.0, 0, out_dtype, self.post_op[0], [], self.post_op[1])
-        y = y[:x.numel() // x.shape[-1]].view(*x.shape[:-1], self.out_features)
+        y = self.narrowed(y[:x.numel() // x.shape[-1]]).view(*x.shape[:-1], self.out_features)
         if self.activation is not None:
             y = self.activation(y)
         return y if residual is None else y + residual
 
+    def narrowed(self, y: torch.Tensor) -> torch.Tensor:
+        """``y`` in the model's dtype where oneDNN wrote float32 for a bf16 model (``out_dtype``)."""
+        return y.to(self.model_dtype) if self.narrows else y
+
 
 def quantize_weight(layer: Linear) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``layer``'s weight as symmetric int8 per output channel, prepacked for oneDNN: (scales, packed weight, the
-    weight's zero points, the bias in float32)."""
+    """``layer``'s weight as symmetric int8 per output channel (``weight_levels``: 127, or 63 where the CPU has no int8
+    dot product), prepacked for oneDNN: (scales, packed weight, the weight's zero points, the bias in float32)."""
     weight = layer.weight.detach().float()
-    scale = (weight.abs().amax(dim=1) / QMAX).clamp(min=1e-12)
-    quantized = torch.round(weight / scale[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+    levels = weight_levels()
+    scale = (weight.abs().amax(dim=1) / levels).clamp(min=1e-12)
+    quantized = torch.round(weight / scale[:, None]).clamp(-levels, levels).to(torch.int8)
     bias = None if layer.bias is None else layer.bias.detach().float()
     return scale, torch.ops.onednn.qlinear_prepack(quantized, None), torch.zeros(len(scale), dtype=torch.long), bias
 

@@ -8,8 +8,9 @@ from wde_core.plugin_api import hookimpl
 
 @hookimpl
 def wde_register_attention_backends(register):
-    """wde's AVX-512 varlen kernel."""
-    register("cpu_varlen", "wde_cpu_kernels.attention:NativeCpuAttention", "wde's AVX-512 varlen kernel, CPU only")
+    """wde's varlen kernel (AVX-512, or AVX2 where the CPU has no AVX-512)."""
+    register("cpu_varlen", "wde_cpu_kernels.attention:NativeCpuAttention",
+             "wde's varlen kernel (AVX-512 or AVX2), CPU only")
 
 
 @hookimpl
@@ -26,7 +27,9 @@ def wde_select_attention_backend(device, dtype, causal):
     named, refusal = str(dtype).replace("torch.", ""), cpu_varlen_refusal(dtype)
     if refusal is None:
         products = f" (products by {bf16_products()})" if dtype == torch.bfloat16 else ""
-        return "cpu_varlen", f"auto: wde's AVX-512 varlen kernel on cpu with {named}{products}"
+        from wde_cpu_kernels.attention import kernel_isa
+
+        return "cpu_varlen", f"auto: wde's {kernel_isa()} varlen kernel on cpu with {named}{products}"
     return "torch_sdpa", f"auto: torch_sdpa on cpu with {named} (cpu_varlen: {refusal})"
 
 

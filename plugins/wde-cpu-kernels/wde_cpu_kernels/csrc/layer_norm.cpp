@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "rows_api.h"
 #include "rows_avx512.h"
 
 namespace {
@@ -55,20 +56,16 @@ void layer_norm_rows(const T* x, int64_t rows, int64_t cols, int64_t stride, con
   });
 }
 
+struct Avx512Norm {  // the per-row work of rows_api.h's layer_norm
+  template <typename T>
+  static void layer_norm_rows(const T* x, int64_t rows, int64_t cols, int64_t stride, const float* w, const float* b,
+                              float eps, T* y) {
+    ::layer_norm_rows(x, rows, cols, stride, w, b, eps, y);
+  }
+};
+
 }  // namespace
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "expected 2-D rows with a contiguous last dimension");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "expected float32 or bfloat16");
-  const int64_t rows = x.size(0), cols = x.size(1);
-  TORCH_CHECK(weight.numel() == cols && bias.numel() == cols, "one weight and one bias per column");
-  const at::Tensor w = weight.contiguous().to(at::kFloat), b = bias.contiguous().to(at::kFloat);
-  auto y = at::empty({rows, cols}, x.options());
-  if (x.scalar_type() == at::kFloat)
-    layer_norm_rows(x.data_ptr<float>(), rows, cols, x.stride(0), w.data_ptr<float>(), b.data_ptr<float>(),
-                    static_cast<float>(eps), y.data_ptr<float>());
-  else
-    layer_norm_rows(x.data_ptr<c10::BFloat16>(), rows, cols, x.stride(0), w.data_ptr<float>(), b.data_ptr<float>(),
-                    static_cast<float>(eps), y.data_ptr<c10::BFloat16>());
-  return y;
+  return wde::rows_api::layer_norm<Avx512Norm>(x, weight, bias, eps);
 }

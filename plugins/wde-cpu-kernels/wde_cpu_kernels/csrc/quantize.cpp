@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "rows_api.h"
 #include "rows_avx512.h"
 
 namespace {
@@ -126,106 +127,27 @@ void dequantize_per_row(const float* acc, const float* scales, const float* bias
   });
 }
 
-void check_rows(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "expected 2-D rows with a contiguous last dimension");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "expected float32 or bfloat16");
-}
+struct Avx512Rows {  // the per-row work of rows_api.h's functions
+  template <typename T>
+  static void absmax_rows(const T* x, int64_t rows, int64_t cols, int64_t stride, float* out) {
+    ::absmax_rows(x, rows, cols, stride, out);
+  }
+  template <typename T>
+  static void quantize(const T* x, int64_t rows, int64_t cols, int64_t stride, float inv, uint8_t flip, uint8_t* out) {
+    ::quantize(x, rows, cols, stride, inv, flip, out);
+  }
+  template <typename T>
+  static void quantize_per_row(const T* x, int64_t rows, int64_t cols, int64_t stride, uint8_t flip, uint8_t* out,
+                               float* scales) {
+    ::quantize_per_row(x, rows, cols, stride, flip, out, scales);
+  }
+  template <typename T>
+  static void dequantize_per_row(const float* acc, const float* scales, const float* bias, const T* residual,
+                                 int64_t rows, int64_t cols, T* y) {
+    ::dequantize_per_row(acc, scales, bias, residual, rows, cols, y);
+  }
+};
 
 }  // namespace
 
-at::Tensor row_absmax(const at::Tensor& x) {
-  check_rows(x);
-  auto out = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
-  if (x.scalar_type() == at::kFloat)
-    absmax_rows(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<float>());
-  else
-    absmax_rows(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), out.data_ptr<float>());
-  return out;
-}
-
-// int8 activations (`int8`: oneDNN's AMX-INT8 kernels take them, with no zero point to compensate) or uint8 with zero
-// point 128 (every int8 ISA): the output tensor and the byte that turns int8 into it. The output's rows are x's rounded
-// up to a multiple of `row_multiple`, the padding rows all zero (the zero point): oneDNN builds a primitive for every
-// new row count, so padded batches reuse the few it has built.
-std::pair<at::Tensor, uint8_t> quantized_like(const at::Tensor& x, bool int8, int64_t row_multiple) {
-  TORCH_CHECK(row_multiple >= 1, "row_multiple must be at least 1");
-  const int64_t rows = x.size(0), padded = (rows + row_multiple - 1) / row_multiple * row_multiple;
-  const uint8_t flip = int8 ? 0 : 0x80;
-  at::Tensor out = at::empty({padded, x.size(1)}, x.options().dtype(int8 ? at::kChar : at::kByte));
-  std::memset(static_cast<uint8_t*>(out.data_ptr()) + rows * x.size(1), flip, (padded - rows) * x.size(1));
-  return {out, flip};
-}
-
-at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8, int64_t row_multiple) {
-  check_rows(x);
-  auto [out, flip] = quantized_like(x, int8, row_multiple);
-  const float inv = static_cast<float>(1.0 / scale);
-  auto* q = static_cast<uint8_t*>(out.data_ptr());
-  if (x.scalar_type() == at::kFloat)
-    quantize(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), inv, flip, q);
-  else
-    quantize(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), inv, flip, q);
-  return out;
-}
-
-// row_absmax, the outlier rows and the scale of the rest, and quantize_uint8 in one call: the scale is the largest
-// magnitude of the rows at most `factor` times the median row's (torch.median's lower median) / 127, the outliers are
-// the others (their indices, ascending), and every row is quantized with that scale (the outliers saturate).
-std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8,
-                                                                int64_t row_multiple) {
-  check_rows(x);
-  const int64_t rows = x.size(0);
-  TORCH_CHECK(rows > 0, "expected at least one row");
-  std::vector<float> mags(rows);
-  if (x.scalar_type() == at::kFloat)
-    absmax_rows(x.data_ptr<float>(), rows, x.size(1), x.stride(0), mags.data());
-  else
-    absmax_rows(x.data_ptr<c10::BFloat16>(), rows, x.size(1), x.stride(0), mags.data());
-  std::vector<float> sorted(mags);
-  std::nth_element(sorted.begin(), sorted.begin() + (rows - 1) / 2, sorted.end());
-  const float limit = static_cast<float>(factor) * sorted[(rows - 1) / 2];
-  std::vector<int64_t> outlying;
-  float largest = 0.f;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (mags[r] > limit) outlying.push_back(r);
-    else largest = std::max(largest, mags[r]);
-  }
-  const double scale = std::max(static_cast<double>(largest), 1e-8) / 127.0;
-  at::Tensor quantized = quantize_uint8(x, scale, int8, row_multiple);
-  at::Tensor outliers = at::empty({static_cast<int64_t>(outlying.size())}, x.options().dtype(at::kLong));
-  std::copy(outlying.begin(), outlying.end(), outliers.data_ptr<int64_t>());
-  return {quantized, scale, outliers};
-}
-
-std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8, int64_t row_multiple) {
-  check_rows(x);
-  auto [out, flip] = quantized_like(x, int8, row_multiple);
-  auto scales = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
-  auto* q = static_cast<uint8_t*>(out.data_ptr());
-  if (x.scalar_type() == at::kFloat)
-    quantize_per_row(x.data_ptr<float>(), x.size(0), x.size(1), x.stride(0), flip, q, scales.data_ptr<float>());
-  else
-    quantize_per_row(x.data_ptr<c10::BFloat16>(), x.size(0), x.size(1), x.stride(0), flip, q, scales.data_ptr<float>());
-  return {out, scales};
-}
-
-at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
-                           const c10::optional<at::Tensor>& residual, bool bfloat16) {
-  TORCH_CHECK(acc.dim() == 2 && acc.is_contiguous() && acc.scalar_type() == at::kFloat, "expected float32 rows");
-  const at::ScalarType dtype = bfloat16 ? at::kBFloat16 : at::kFloat;
-  TORCH_CHECK(scales.is_contiguous() && scales.numel() == acc.size(0), "one float32 scale per row");
-  const int64_t rows = acc.size(0), cols = acc.size(1);
-  at::Tensor b = bias.has_value() ? bias->contiguous().to(at::kFloat) : at::Tensor();
-  at::Tensor res = residual.has_value() ? residual->reshape({rows, cols}).contiguous().to(dtype) : at::Tensor();
-  TORCH_CHECK(!b.defined() || b.numel() == cols, "one bias per column");
-  auto y = at::empty({rows, cols}, acc.options().dtype(dtype));
-  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  if (dtype == at::kFloat)
-    dequantize_per_row(acc.data_ptr<float>(), scales.data_ptr<float>(), bp,
-                       res.defined() ? res.data_ptr<float>() : nullptr, rows, cols, y.data_ptr<float>());
-  else
-    dequantize_per_row(acc.data_ptr<float>(), scales.data_ptr<float>(), bp,
-                       res.defined() ? res.data_ptr<c10::BFloat16>() : nullptr, rows, cols,
-                       y.data_ptr<c10::BFloat16>());
-  return y;
-}
+WDE_DEFINE_QUANTIZATION(Avx512Rows)

@@ -6,6 +6,7 @@
 // wde_cpu_kernels._varlen at install.
 #include <torch/extension.h>
 
+#include "rows_api.h"
 #include "rows_avx512.h"
 #include "varlen_common.h"
 
@@ -20,17 +21,8 @@ struct Scratch {
   __m512 rowmax[ROWS];            // each register block row's running max of its scores
 };
 
-// One (sequence, head) of T (float or c10::BFloat16) rows: q, k, v and out at a stride; kt (K transposed, kt_stride
-// floats per head dim) and vf (V as fp32 rows vf_stride apart: v itself for fp32) are set by pack_keys.
 template <typename T>
-struct Head {
-  const T* q; const T* k; const T* v; T* out;
-  int64_t qs, ks, vs, os;
-  const float* kt = nullptr;
-  int64_t kt_stride = 0;
-  const float* vf = nullptr;
-  int64_t vf_stride = 0;
-};
+using Head = FloatHead<T>;  // varlen_items.h
 
 constexpr __mmask16 ALL16 = 0xFFFF;
 
@@ -173,6 +165,7 @@ inline void weighted_values(const Head<T>& h, const Scratch& sc, int width, int 
 }
 
 struct Fp32 {  // fp32 FMAs on fp32 or (widened) bf16 rows
+  static constexpr int kRows = ROWS, kKeys = KEYS;
   template <typename T>
   static void pack(Head<T>& h, Scratch& sc, int D, int last, int width) { pack_keys(h, sc, D, last, width); }
   template <typename T>
@@ -240,40 +233,8 @@ at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const
 bool amx_available();
 #endif
 
-at::Tensor row_absmax(const at::Tensor& x);                   // quantize.cpp
-at::Tensor quantize_uint8(const at::Tensor& x, double scale, bool int8, int64_t row_multiple);  // quantize.cpp
-std::tuple<at::Tensor, at::Tensor> quantize_rows_uint8(const at::Tensor& x, bool int8,
-                                                       int64_t row_multiple);  // quantize.cpp
-std::tuple<at::Tensor, double, at::Tensor> quantize_batch_uint8(const at::Tensor& x, double factor, bool int8,
-                                                                int64_t row_multiple);  // quantize.cpp
-at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, const c10::optional<at::Tensor>& bias,
-                           const c10::optional<at::Tensor>& residual, bool bfloat16);  // quantize.cpp
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);  // layer_norm.cpp
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("row_absmax", &row_absmax, "Each row's largest magnitude (float32 [rows])", py::arg("x"),
-        py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_uint8", &quantize_uint8, "Symmetric int8 of fp32/bf16 rows with one scale, stored + 128 (uint8), "
-        "or as int8 with int8=True; rows padded with zeros to a multiple of row_multiple",
-        py::arg("x"), py::arg("scale"), py::arg("int8") = false, py::arg("row_multiple") = 1,
-        py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_batch_uint8", &quantize_batch_uint8, "One scale for the rows at most `factor` times the median "
-        "row's largest magnitude, those rows' indices (outliers), and all rows quantized with it (+ 128, uint8; "
-        "padded with zero rows to a multiple of row_multiple)",
-        py::arg("x"), py::arg("factor"), py::arg("int8") = false, py::arg("row_multiple") = 1,
-        py::call_guard<py::gil_scoped_release>());
-  m.def("quantize_rows_uint8", &quantize_rows_uint8, "Symmetric int8 of each row with its own scale, + 128 (padded "
-        "with zero rows to a multiple of row_multiple); and the scales of x's rows", py::arg("x"),
-        py::arg("int8") = false, py::arg("row_multiple") = 1, py::call_guard<py::gil_scoped_release>());
-  m.def("dequantize_rows", &dequantize_rows, "acc * row scale + bias + residual, as float32 or bfloat16",
-        py::arg("acc"),
-        py::arg("scales"), py::arg("bias"), py::arg("residual"), py::arg("bfloat16"),
-        py::call_guard<py::gil_scoped_release>());
-  m.def("layer_norm", &layer_norm, "LayerNorm of fp32/bf16 rows (weight and bias per column), in the rows' dtype",
-        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
-  m.def("varlen_attention", &varlen_attention, "Varlen attention over packed sequences (AVX-512)",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+  wde::define_kernels(m, "Varlen attention over packed sequences (AVX-512)");
 #ifdef __AVX512BF16__
   m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16, or AMX tiles)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),

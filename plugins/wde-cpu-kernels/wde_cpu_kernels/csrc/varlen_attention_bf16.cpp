@@ -19,6 +19,7 @@ using namespace wde;
 using namespace wde::bf16;
 
 struct Bf16 {
+  static constexpr int kRows = ROWS, kKeys = KEYS;
   static void pack(const Head& h, Scratch& sc, int D, int last, int width) {
     bf16::pack(h, sc, D, last, width);
     sc.p.resize(static_cast<size_t>(ROWS) * width);

@@ -1,21 +1,17 @@
-// What the fp32 and bf16 varlen attention kernels share: block sizes, exp, key ranges, the softmax over a
-// row of scores, the driver over one work item's query rows, and the work items themselves.
+// What the AVX-512 fp32 and bf16 varlen attention kernels share: block sizes, exp, the softmax over a row of scores
+// (the driver and the work items, which every ISA's kernel shares, are in varlen_items.h).
 #pragma once
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cmath>
-#include <vector>
+
+#include "varlen_items.h"
 
 namespace wde {
 
 constexpr int ROWS = 6;           // query rows per register block
 constexpr int KEYS = 64;          // keys per register block (4 vectors of 16)
-constexpr int QUERY_BLOCK = 128;  // query rows per work item
 
 // Every accumulator of a register block set to 0 (constant bounds, inlined: they stay in registers).
 template <int R, int C>
@@ -53,13 +49,6 @@ __attribute__((always_inline)) inline void store_scores_and_max(const __m512 (&a
     for (int c = 0; c + 1 < NC; ++c) m = _mm512_max_ps(m, acc[r][c]);
     rowmax[r] = _mm512_mask_max_ps(m, tail, m, acc[r][NC - 1]);
   }
-}
-
-// The ROWS query rows of the register block at row i (q rows `stride` apart); rows past `rows` repeat the last.
-template <typename T>
-__attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride, int i, int rows, const T* (&out)[ROWS]) {
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r) out[r] = q + std::min(i + r, i + rows - 1) * stride;
 }
 
 // r[c] becomes column c of the 16 x 16 block of 32-bit elements r (four rounds of shuffles): 16 keys' head dims (the
@@ -110,12 +99,6 @@ inline __m512 exp2_finite_ps(__m512 x) {
 inline __m512 exp2_ps(__m512 x) { return exp2_finite_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f))); }
 
 constexpr float LOG2E = 1.44269504088896341f;
-
-// Keys row i may see: [lo, hi).
-inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
-  *lo = window >= 0 ? std::max(0, i - window) : 0;
-  *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
-}
 
 // The first half of a softmax over R rows of a block's scores over [j0, j1) (row r in s + r * width): scores
 // outside each row's keys [lo[r], hi[r]) set to -inf, and m[r] = the row's max times `sc` in every lane. The rows go
@@ -191,74 +174,6 @@ inline void softmax_rows(float* s, int width, int j0, int j1, const int* lo, con
     }
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) inv[r] = 1.0f / _mm512_reduce_add_ps(sum[r]);
-}
-
-// Query rows [row0, row1) of one head of a sequence of L tokens; `Ops` packs the keys (and values), computes
-// scores, turns the block's scores into probabilities and sums the values (one implementation per dtype).
-template <typename Ops, typename Head, typename Scratch>
-void attend_rows(Head& h, int L, int D, int row0, int row1, bool causal, int window, float scale, Scratch& sc) {
-  const int width = ((L + 15) & ~15) + KEYS;
-  int lo, last;
-  key_range(row1 - 1, L, causal, window, &lo, &last);
-  Ops::pack(h, sc, D, last, width);
-  sc.s.resize(static_cast<size_t>(ROWS) * width);
-  sc.inv.resize(ROWS);
-  for (int i = row0; i < row1; i += ROWS) {
-    const int rows = std::min(ROWS, row1 - i);
-    int j0, j1, hi;
-    key_range(i, L, causal, window, &j0, &hi);
-    key_range(i + rows - 1, L, causal, window, &lo, &j1);
-    j0 &= ~15;
-    const int jend = j0 + ((j1 - j0 + 15) & ~15);
-    Ops::scores(h, sc, width, D, i, rows, j0, j1);
-    int los[ROWS], his[ROWS];
-    for (int r = 0; r < ROWS; ++r)  // rows past `rows` repeat the last row: computed, never stored
-      key_range(i + std::min(r, rows - 1), L, causal, window, &los[r], &his[r]);
-    Ops::softmax(sc, width, j0, jend, los, his, scale);
-    Ops::weighted_values(h, sc, width, D, i, rows, j0, j1);
-  }
-}
-
-// Checks boundaries: cu_q over the query rows, cu_k (empty: cu_q) over the key rows, one sequence each; a sequence
-// has at least as many keys as queries, its queries aligned to its last keys (a shared prefix's keys come first).
-inline const std::vector<int64_t>& key_bounds(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
-                                              int64_t q_rows, int64_t k_rows) {
-  const std::vector<int64_t>& ck = cu_k.empty() ? cu_q : cu_k;
-  TORCH_CHECK(!cu_q.empty() && ck.size() == cu_q.size() && cu_q.front() == 0 && ck.front() == 0 &&
-              cu_q.back() == q_rows && ck.back() == k_rows, "cu_seqlens do not match the rows of q and k");
-  for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
-    const int64_t queries = cu_q[s + 1] - cu_q[s], keys = ck[s + 1] - ck[s];
-    TORCH_CHECK(queries >= 0 && keys >= queries && cu_q[s] >= keys - queries,
-                "a sequence has fewer keys than queries, or its queries start before row keys - queries");
-  }
-  return ck;
-}
-
-// Calls run(row of query 0, first key row, keys L, head, kv head, first row, last row, scratch) for every (sequence,
-// head, block of QUERY_BLOCK query rows), spread over torch's threads. Each thread takes the next item as it finishes
-// one: a static split gave a thread every first block of a sequence's heads and the other every shorter second
-// block (a sequence of 200 tokens: 128 rows against 72). Rows count in the sequence's keys: queries are its last
-// cu_q[s + 1] - cu_q[s] rows, so q row r of the sequence is packed row cu_q[s] - (L - queries) + r (run gets that
-// base, never below 0: key_bounds checked it).
-template <typename Scratch, typename Run>
-void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& ck, int heads, int group, Run run) {
-  std::vector<std::array<int, 3>> items;  // (sequence, head, first query row)
-  for (size_t s = 0; s + 1 < cu_q.size(); ++s)
-    for (int h = 0; h < heads; ++h)
-      for (int64_t r = (ck[s + 1] - ck[s]) - (cu_q[s + 1] - cu_q[s]); r < ck[s + 1] - ck[s]; r += QUERY_BLOCK)
-        items.push_back({int(s), h, int(r)});
-  const int64_t workers = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items.size()));
-  std::atomic<size_t> next{0};
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    Scratch sc;
-    for (size_t n = next.fetch_add(1, std::memory_order_relaxed); n < items.size();
-         n = next.fetch_add(1, std::memory_order_relaxed)) {
-      const auto [s, hd, row0] = items[n];
-      const int L = static_cast<int>(ck[s + 1] - ck[s]);
-      const int64_t q0 = cu_q[s] - (L - (cu_q[s + 1] - cu_q[s]));
-      run(q0, ck[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
-    }
-  });
 }
 
 }  // namespace wde
