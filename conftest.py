@@ -54,12 +54,12 @@ CPU_BACKENDS = _cpu_backends()  # what parity tests run on CPU: cpu_varlen too w
 
 def auto_cpu_backend() -> tuple[str, str, str]:
     """(name, target, reason) of the attention backend chosen on CPU in float32: cpu_varlen where the kernel
-    builds, else torch_sdpa with the kernel's reason."""
-    from wde_cpu_kernels.attention import unavailable_reason, varlen_kernel
+    loads (its AVX-512 or AVX2 build), else torch_sdpa with the kernel's reason."""
+    from wde_cpu_kernels.attention import kernel_isa, unavailable_reason, varlen_kernel
 
     if varlen_kernel() is not None:
         return ("cpu_varlen", "wde_cpu_kernels.attention:NativeCpuAttention",
-                "auto: wde's AVX-512 varlen kernel on cpu with float32")
+                f"auto: wde's {kernel_isa()} varlen kernel on cpu with float32")
     return ("torch_sdpa", "wde_core.attention.sdpa:SdpaAttention",
             f"auto: torch_sdpa on cpu with float32 (cpu_varlen: {unavailable_reason()})")
 
@@ -549,7 +549,7 @@ def cpu_flags() -> frozenset[str]:
 
 def missing_hardware(reason: str) -> bool:
     """Whether a skip's ``reason`` names hardware this machine lacks: ``N`` CUDA devices or GPUs, a CUDA device
-    (or GPU), an AVX-512 CPU, a CPU with AMX-BF16."""
+    (or GPU), a CPU with AMX-BF16, AVX512-BF16, AVX2 (or AVX-512), AVX-512."""
     import torch
 
     text = reason.lower()
@@ -559,8 +559,13 @@ def missing_hardware(reason: str) -> bool:
         return not torch.cuda.is_available()
     if "amx" in text:
         return not {"amx_bf16", "amx_tile"} <= cpu_flags()
+    if "avx512-bf16" in text or "avx512_bf16" in text:
+        return "avx512_bf16" not in cpu_flags()
+    capability = torch.backends.cpu.get_cpu_capability()
+    if re.search(r"\b(?:no|nor) avx2\b", text):  # "neither AVX-512 nor AVX2", "no AVX2": the AVX2 build cannot run
+        return "AVX512" not in capability and capability != "AVX2"
     if "avx-512" in text or "avx512" in text:
-        return "AVX512" not in torch.backends.cpu.get_cpu_capability()
+        return "AVX512" not in capability
     return False
 
 

@@ -167,6 +167,10 @@ def test_with_ci_true_a_dependency_skip_becomes_a_failure(monkeypatch):
     ("needs an AVX-512 CPU, a C++ compiler and ninja", 0, "AVX512", False),  # the toolchain is what is missing
     ("the CPU has no AVX-512 (torch reports AVX2)", 0, "AVX2", True),
     ("no C++ compiler on PATH", 0, "AVX2", False),
+    ("neither AVX-512 nor AVX2 on this CPU (hardware)", 0, "AVX2", False),  # the AVX2 build runs: not hardware
+    ("neither AVX-512 nor AVX2 on this CPU (hardware)", 0, "DEFAULT", True),
+    ("the CPU has neither AVX-512 nor AVX2 (torch reports DEFAULT)", 0, "DEFAULT", True),
+    ("no AVX2 on this CPU (hardware)", 0, "AVX512", False),
     ("could not import 'openai': No module named 'openai'", 0, "AVX2", False),
 ])
 def test_only_missing_hardware_may_skip_under_ci(monkeypatch, reason, cuda_devices, capability, hardware):
@@ -182,6 +186,15 @@ def test_a_cpu_without_amx_may_skip_the_amx_tests_under_ci(monkeypatch, flags, h
 
     monkeypatch.setattr(conftest, "cpu_flags", lambda: flags)
     assert missing_hardware("no AMX-BF16 on this CPU (hardware)") is hardware
+
+
+@pytest.mark.parametrize("flags, hardware", [({"avx512f"}, True), ({"avx512f", "avx512_bf16"}, False)])
+def test_a_cpu_without_avx512_bf16_may_skip_the_bf16_pair_tests_under_ci(monkeypatch, flags, hardware):
+    import conftest
+
+    monkeypatch.setattr(conftest, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert missing_hardware("no AVX512-BF16 on this CPU (hardware)") is hardware
 
 
 def test_module_marks_are_read_from_the_source():

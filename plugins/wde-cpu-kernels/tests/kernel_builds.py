@@ -23,12 +23,17 @@ def runs(isa: str) -> bool:
     return "AVX512" in CAPABILITY if isa == "AVX512" else HAS_KERNEL
 
 
+def load_build(isa: str):
+    """The ``isa`` build's module; the test skipped where the CPU lacks its ISA (hardware)."""
+    if not runs(isa):
+        pytest.skip(f"no {isa} on this CPU (hardware)")
+    return importlib.import_module(f"wde_cpu_kernels.{MODULES[isa]}")
+
+
 @pytest.fixture(params=list(MODULES))
 def build(request, monkeypatch):
     """Each build this CPU runs in turn, as the one ``varlen_kernel`` (and so ``cpu_varlen`` and the int8 layers)
     uses for the test; skipped where the CPU lacks its ISA (hardware)."""
-    if not runs(request.param):
-        pytest.skip(f"no {request.param} on this CPU (hardware)")
-    module = importlib.import_module(f"wde_cpu_kernels.{MODULES[request.param]}")
+    module = load_build(request.param)
     monkeypatch.setattr(attention, "varlen_kernel", lambda: module)
     return module

@@ -239,7 +239,7 @@ def test_the_avx2_build_s_row_kernels_equal_the_avx512_build_s():
     outliers as the AVX-512 module's, its dequantization and LayerNorm the same values to float rounding, on rows
     whose width is not a multiple of 8 or 16 (the masked tails) as well."""
     if not runs("AVX512"):
-        pytest.skip("no AVX-512 on this CPU (hardware): the AVX2 build alone runs here")
+        pytest.skip("no AVX-512 on this CPU (hardware)")  # only one build runs here
     from wde_cpu_kernels import _varlen, _varlen_avx2
 
     torch.manual_seed(3)

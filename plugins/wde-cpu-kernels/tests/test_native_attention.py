@@ -21,7 +21,7 @@ from wde_cpu_kernels.attention import (NativeCpuAttention, bf16_products, has_av
                                        unavailable_reason, varlen_kernel)
 from wde_core.plugin_api import SdpaAttention
 
-from kernel_builds import HAS_KERNEL, build, needs_kernel, runs  # noqa: F401 (build: a fixture)
+from kernel_builds import HAS_KERNEL, build, load_build, needs_kernel, runs  # noqa: F401 (build: a fixture)
 
 HAS_AVX512 = runs("AVX512")
 # the vendor read here, independently of wde_core.plugin_api.cpu_vendor (the bf16 path depends on it)
@@ -105,14 +105,15 @@ def bf16_kernel_path(path, q, k, v, seq_lens, causal, window, kernel=None):
 @pytest.mark.parametrize("seq_lens,heads,kv_heads,dim", CASES)
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("window", [None, 40])
-@pytest.mark.parametrize("path", ["pairs", "widened"])
-def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(build, seq_lens, heads, kv_heads, dim, causal,
-                                                                  window, path):
-    """Both bf16 paths (whichever ``bf16_products`` picks here; the pairs only where the CPU has AVX512-BF16), every
-    head size's packing (16 and 48: part-filled blocks of 16 key pairs) and the short exp polynomial: no further from
-    fp32 than torch's own bf16 attention."""
-    if path == "pairs" and not (has_avx512_bf16() and hasattr(build, "varlen_attention_bf16")):
-        pytest.skip("no AVX512-BF16 on this CPU, or the AVX2 build (fp32 arithmetic only)")
+@pytest.mark.parametrize("isa,path", [("AVX512", "pairs"), ("AVX512", "widened"), ("AVX2", "widened")])
+def test_bfloat16_is_as_close_to_fp32_as_torch_sdpa_in_bfloat16(seq_lens, heads, kv_heads, dim, causal, window, isa,
+                                                                  path):
+    """Both bf16 paths of the AVX-512 build (the pairs only where the CPU has AVX512-BF16) and the AVX2 build's
+    (widened), every head size's packing (16 and 48: part-filled blocks of 16 key pairs) and the short exp polynomial:
+    no further from fp32 than torch's own bf16 attention."""
+    build = load_build(isa)
+    if path == "pairs" and not has_avx512_bf16():
+        pytest.skip("no AVX512-BF16 on this CPU (hardware)")
     q, k, v = packed_qkv(seq_lens, heads, kv_heads, dim, seed=7)
     reference = attend(EagerAttention(), q.contiguous(), k.contiguous(), v.contiguous(), seq_lens, causal, window)
     half = [x.bfloat16() for x in (q, k, v)]

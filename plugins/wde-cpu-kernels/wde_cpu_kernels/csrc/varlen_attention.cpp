@@ -189,41 +189,12 @@ struct Fp32 {  // fp32 FMAs on fp32 or (widened) bf16 rows
   }
 };
 
-template <typename T>
-void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale) {
-  const int heads = q.size(1), D = q.size(2);
-  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
-                                                               int row1, Scratch& sc) {
-    Head<T> h{q.data_ptr<T>() + q0 * q.stride(0) + hd * q.stride(1),
-              k.data_ptr<T>() + k0 * k.stride(0) + kvh * k.stride(1),
-              v.data_ptr<T>() + k0 * v.stride(0) + kvh * v.stride(1),
-              out.data_ptr<T>() + q0 * out.stride(0) + hd * out.stride(1),
-              q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
-    attend_rows<Fp32>(h, L, D, row0, row1, causal, window, scale, sc);
-  });
-}
-
 }  // namespace
 
-// q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous), all float32 or all bfloat16 (widened: fp32 arithmetic, the
-// output rounded to bf16); window < 0 means none. Returns out [T, H, D] in the inputs' dtype. cu_k (empty: cu the
-// same) bounds each sequence's keys when they are not its own rows (shared_prefix.py).
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
-                            const std::vector<int64_t>& cu_k) {
-  const auto dtype = q.scalar_type();
-  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && k.scalar_type() == dtype && v.scalar_type() == dtype,
-              "varlen_attention takes float32 or bfloat16 (q, k and v alike)");
-  TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
-  TORCH_CHECK(q.size(2) % 16 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 16 and heads % kv heads must be 0");
-  const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
-  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-  if (dtype == at::kFloat)
-    attend_all<float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
-  else
-    attend_all<c10::BFloat16>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
-  return out;
+                            const std::vector<int64_t>& cu_k) {  // varlen_items.h's attend_float, head_dim % 16
+  return attend_float<Fp32, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 16);
 }
 
 #ifdef __AVX512BF16__

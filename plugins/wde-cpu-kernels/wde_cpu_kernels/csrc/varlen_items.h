@@ -1,9 +1,11 @@
 // What every varlen attention kernel shares, whatever its ISA (AVX-512: varlen_common.h; AVX2:
 // varlen_attention_avx2.cpp): the keys a query row sees, the driver over one work item's query rows, the rows of q,
-// k, v and the output of one (sequence, head) in float or bf16, and the work items spread over torch's threads.
+// k, v and the output of one (sequence, head) in float or bf16, the work items spread over torch's threads, and the
+// fp32-arithmetic kernels' entry point (attend_float).
 #pragma once
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <torch/extension.h>
 
 #include <algorithm>
 #include <array>
@@ -109,6 +111,46 @@ void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>&
       run(q0, ck[s], L, hd, hd / group, row0, std::min(L, row0 + QUERY_BLOCK), sc);
     }
   });
+}
+
+// Every (sequence, head, block of query rows) of float or bf16 q, k, v attended by the fp32-arithmetic driver Ops over
+// a FloatHead<T>, into out.
+template <typename Ops, typename Scratch, typename T>
+void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale) {
+  const int heads = q.size(1), D = q.size(2);
+  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
+                                                               int row1, Scratch& sc) {
+    FloatHead<T> h{q.data_ptr<T>() + q0 * q.stride(0) + hd * q.stride(1),
+                   k.data_ptr<T>() + k0 * k.stride(0) + kvh * k.stride(1),
+                   v.data_ptr<T>() + k0 * v.stride(0) + kvh * v.stride(1),
+                   out.data_ptr<T>() + q0 * out.stride(0) + hd * out.stride(1),
+                   q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
+    attend_rows<Ops>(h, L, D, row0, row1, causal, window, scale, sc);
+  });
+}
+
+// varlen_attention of an fp32-arithmetic kernel (each ISA's): q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous
+// and a multiple of dim_multiple), all float32 or all bfloat16 (widened: fp32 arithmetic, the output rounded to
+// bf16); window < 0 means none. Returns out [T, H, D] in the inputs' dtype. cu_k (empty: cu the same) bounds each
+// sequence's keys when they are not its own rows (shared_prefix.py).
+template <typename Ops, typename Scratch>
+at::Tensor attend_float(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& cu,
+                        bool causal, int64_t window, double scale, const std::vector<int64_t>& cu_k, int dim_multiple) {
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && k.scalar_type() == dtype && v.scalar_type() == dtype,
+              "varlen_attention takes float32 or bfloat16 (q, k and v alike)");
+  TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
+  TORCH_CHECK(q.size(2) % dim_multiple == 0 && q.size(1) % v.size(1) == 0,
+              "head_dim % ", dim_multiple, " and heads % kv heads must be 0");
+  const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  if (dtype == at::kFloat)
+    attend_all<Ops, Scratch, float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
+  else
+    attend_all<Ops, Scratch, c10::BFloat16>(q, k, v, out, cu, ck, causal, static_cast<int>(window),
+                                            static_cast<float>(scale));
+  return out;
 }
 
 }  // namespace wde

@@ -29,6 +29,15 @@ struct Scratch {
 template <typename T>
 using Head = FloatHead<T>;
 
+// Every accumulator of a register block set to 0 (constant bounds, inlined: they stay in registers).
+template <int R, int C>
+__attribute__((always_inline)) inline void zero(__m256 (&acc)[R][C]) {
+  _Pragma("GCC unroll 16")
+  for (int r = 0; r < R; ++r)
+    _Pragma("GCC unroll 16")
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+}
+
 // r[c] becomes column c of the 8 x 8 block of floats r (unpacks, shuffles within lanes, then across them).
 inline void transpose8(__m256 (&r)[8]) {
   __m256 t[8], s[8];
@@ -96,10 +105,7 @@ template <int NC, typename T>
 inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
                         int j1) {
   __m256 acc[ROWS][NC];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r)
-    _Pragma("GCC unroll 16")
-    for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+  zero(acc);
   const float* krow = h.kt + j;
   for (int d = 0; d < D; ++d, krow += h.kt_stride) {
     __m256 kv[NC];
@@ -194,10 +200,7 @@ template <int NC, typename T>
 inline void weighted_values_part(const Head<T>& h, const Scratch& sc, int width, int i, int rows, int j0, int j1,
                                  int c0) {
   __m256 acc[ROWS][NC];
-  _Pragma("GCC unroll 16")
-  for (int r = 0; r < ROWS; ++r)
-    _Pragma("GCC unroll 16")
-    for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_setzero_ps();
+  zero(acc);
   const float* vrow = h.vf + j0 * h.vf_stride + c0;
   const float* p = sc.s.data();
   for (int j = 0; j < j1 - j0; ++j, vrow += h.vf_stride) {
@@ -241,37 +244,10 @@ struct Fp32Avx2 {  // fp32 FMAs on fp32 or (widened) bf16 rows, 8 lanes
   }
 };
 
-template <typename T>
-void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale) {
-  const int heads = q.size(1), D = q.size(2);
-  for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
-                                                               int row1, Scratch& sc) {
-    Head<T> h{q.data_ptr<T>() + q0 * q.stride(0) + hd * q.stride(1),
-              k.data_ptr<T>() + k0 * k.stride(0) + kvh * k.stride(1),
-              v.data_ptr<T>() + k0 * v.stride(0) + kvh * v.stride(1),
-              out.data_ptr<T>() + q0 * out.stride(0) + hd * out.stride(1),
-              q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
-    attend_rows<Fp32Avx2>(h, L, D, row0, row1, causal, window, scale, sc);
-  });
-}
-
 }  // namespace
 
-// As varlen_attention.cpp's varlen_attention (the same arguments, checks and result), head_dim a multiple of 8.
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
-                            const std::vector<int64_t>& cu_k) {
-  const auto dtype = q.scalar_type();
-  TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && k.scalar_type() == dtype && v.scalar_type() == dtype,
-              "varlen_attention takes float32 or bfloat16 (q, k and v alike)");
-  TORCH_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1, "head_dim must be contiguous");
-  TORCH_CHECK(q.size(2) % 8 == 0 && q.size(1) % v.size(1) == 0, "head_dim % 8 and heads % kv heads must be 0");
-  const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
-  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
-  if (dtype == at::kFloat)
-    attend_all<float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
-  else
-    attend_all<c10::BFloat16>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
-  return out;
+                            const std::vector<int64_t>& cu_k) {  // varlen_items.h's attend_float, head_dim % 8
+  return attend_float<Fp32Avx2, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 8);
 }
