@@ -21,6 +21,7 @@ from wde_core import Engine
 from wde_core.plugin_api import Linear, onednn_takes
 from wde_cpu_kernels import int8
 from wde_cpu_kernels.attention import varlen_kernel
+from wde_cpu_kernels.torch_quantizer import TorchQuantizer
 
 from kernel_builds import needs_kernel, runs
 
@@ -81,9 +82,9 @@ def test_one_call_finds_the_outliers_and_quantizes_as_torch_does(dtype, rows):
     assert (quantized.int() - expected.int()).abs().max() <= 1  # x * (1 / s) against torch's x / s at a half
     assert (quantized == expected).float().mean() > 0.99
     assert outliers.tolist() == ([] if rows == 1 else [rows // 3])  # one row is its own median
-    torch_quantized, torch_scale, torch_outliers = int8._TorchQuantizer.quantize_batch_uint8(x, 2.0)  # the fallback
+    torch_quantized, torch_scale, torch_outliers = TorchQuantizer.quantize_batch_uint8(x, 2.0)  # the fallback
     assert torch_scale == scale and torch.equal(torch_outliers, outliers) and torch.equal(torch_quantized, expected)
-    for quantizer in (varlen_kernel(), int8._TorchQuantizer):  # as int8: the uint8 values less 128, the same scale
+    for quantizer in (varlen_kernel(), TorchQuantizer):  # as int8: the uint8 values less 128, the same scale
         signed, signed_scale, signed_outliers = quantizer.quantize_batch_uint8(x, 2.0, True)
         assert signed.dtype == torch.int8 and signed_scale == scale and torch.equal(signed_outliers, outliers)
         assert torch.equal(signed, (quantized.to(torch.int16) - 128).to(torch.int8))
@@ -96,7 +97,7 @@ def test_quantized_rows_are_padded_to_a_multiple_with_the_zero_point(signed):
     x = torch.randn(130, 96).bfloat16()
     x[5] *= 30  # an outlier row
     zero = 0 if signed else 128
-    for quantizer in (varlen_kernel(), int8._TorchQuantizer):
+    for quantizer in (varlen_kernel(), TorchQuantizer):
         plain, scale, outliers = quantizer.quantize_batch_uint8(x, 2.0, signed)
         padded, padded_scale, padded_outliers = quantizer.quantize_batch_uint8(x, 2.0, signed, 64)
         assert padded.shape == (192, 96) and torch.equal(padded[:130], plain) and bool((padded[130:] == zero).all())
@@ -219,7 +220,7 @@ def test_a_down_projection_equals_the_per_token_arithmetic(dtype, residual):
     expected = reference_per_token(layer.float(), x.to(dtype).float(), None if res is None else res.to(dtype).float())
     tolerance = 1e-4 if dtype == torch.float32 else 4e-3  # bf16: the output's rounding (8 bits)
     assert ((got - expected).abs() / expected.abs().clamp(min=1)).max() < tolerance
-    fallback, compiled = int8._TorchQuantizer, int8._kernels()  # torch's ops where the module is missing
+    fallback, compiled = TorchQuantizer, int8._kernels()  # torch's ops where the module is missing
     (q_torch, s_torch), (q_ours, s_ours) = (quantizer.quantize_rows_uint8(x.to(dtype)) for quantizer in (fallback, compiled))
     assert torch.allclose(s_torch, s_ours) and (q_torch.int() - q_ours.int()).abs().max() <= 1  # x / s vs x * (1 / s)
     for quantizer, unsigned in ((fallback, q_torch), (compiled, q_ours)):  # as int8: the same values less 128
