@@ -175,7 +175,7 @@ inline void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const
       top = reduce_max(m);
       for (int j = n & ~7; j < n; ++j) top = std::max(top, row[j]);
     }
-    const __m256 m = _mm256_set1_ps(top * scale * LOG2E);
+    const __m256 m = _mm256_mul_ps(_mm256_set1_ps(top), sc8);  // as the AVX-512 kernel scales it
     __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
     int j = 0;
     for (; j + 16 <= n; j += 16) {
