@@ -175,9 +175,7 @@ struct Fp32 {  // fp32 FMAs on fp32 or (widened) bf16 rows
   // Rows that each see every key the block scored (no causal or window edge inside it: every encoder batch) take
   // the one-pass softmax; the fp32 exps stay in place.
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
-    bool full = true;
-    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == hi[ROWS - 1];
-    if (full) {
+    if (rows_see_every_key<ROWS>(j0, lo, hi)) {
       softmax_full_rows<ROWS>(sc.s.data(), width, j0, hi[ROWS - 1], sc.rowmax, scale, sc.inv.data());
       return;
     }

@@ -77,9 +77,7 @@ struct Bf16 {
   // Rows that each see every key the block scored (no causal or window edge inside it) take the fast softmax. The
   // block scored keys [j0, the last row's end): scores() got that end as j1; here j1 is rounded up to 16.
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
-    bool full = true;
-    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == hi[ROWS - 1];
-    if (full) {
+    if (rows_see_every_key<ROWS>(j0, lo, hi)) {
       softmax_full_rows_bf16<ROWS>(sc.s.data(), sc.p.data(), width, j0, hi[ROWS - 1], sc.rowmax, scale, sc.inv.data());
       return;
     }

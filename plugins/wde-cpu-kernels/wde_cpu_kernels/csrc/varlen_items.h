@@ -43,6 +43,15 @@ inline void key_range(int i, int L, bool causal, int window, int* lo, int* hi) {
   *hi = causal ? i + 1 : (window >= 0 ? std::min(L, i + window + 1) : L);
 }
 
+// Whether each of a register block's R rows sees every key the block scored, [j0, the last row's end): no causal
+// or window edge inside it (every encoder batch), so the softmax takes the one-pass path on the maxima already kept.
+template <int R>
+inline bool rows_see_every_key(int j0, const int* lo, const int* hi) {
+  bool full = true;
+  for (int r = 0; r < R; ++r) full = full && lo[r] <= j0 && hi[r] == hi[R - 1];
+  return full;
+}
+
 // Query rows [row0, row1) of one head of a sequence of L tokens; `Ops` packs the keys (and values), computes
 // scores, turns the block's scores into probabilities and sums the values (one implementation per dtype and ISA),
 // Ops::kRows query rows at a time, with room for Ops::kKeys keys past the last multiple of 16 in each score row.

@@ -232,8 +232,7 @@ struct Fp32Avx2 {  // fp32 FMAs on fp32 or (widened) bf16 rows, 8 lanes
     ::scores(h, sc, width, D, i, rows, j0, j1);
   }
   static void softmax(Scratch& sc, int width, int j0, int j1, const int* lo, const int* hi, float scale) {
-    bool full = true;
-    for (int r = 0; r < ROWS; ++r) full = full && lo[r] <= j0 && hi[r] == hi[ROWS - 1];
+    const bool full = rows_see_every_key<ROWS>(j0, lo, hi);
     ::softmax(sc, width, j0, full ? hi[ROWS - 1] : j1, lo, hi, scale, full);
   }
   template <typename T>
