@@ -49,6 +49,7 @@ RESIDUAL_OUTLIER_FACTOR = math.inf
 # reuse the primitives of earlier ones
 ROW_MULTIPLE = 64
 OUTLIER_MULTIPLE = 16
+FLOAT_BELOW_ROWS = 112  # float_below_rows: fewer rows run in the model's dtype on CPUs without an int8 dot product
 
 
 def int8_supported() -> str | None:
@@ -71,14 +72,32 @@ def signed_activations() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def weight_levels() -> float:
-    """The largest int8 weight magnitude: 127, or 63 on x86 CPUs without an int8 dot product instruction (AVX512-VNNI,
-    AVX-VNNI, AMX-INT8: AVX2-only CPUs such as AMD Zen 3, Xeons before Cascade Lake). There oneDNN multiplies the
-    uint8 activations by the int8 weights with ``vpmaddubsw``, whose int16 sum of two products saturates past 32,767
-    (255 x 127 x 2 = 64,770; 255 x 63 x 2 = 32,130): one MiniLM-sized layer came out up to 0.58 off the int8
-    arithmetic with 127. 7-bit weights are NNCF's "overflow fix" for the same CPUs (OpenVINO's static int8)."""
+def int8_dot_product() -> bool:
+    """Whether the CPU has an int8 dot product instruction (AVX512-VNNI, AVX-VNNI, AMX-INT8; CPUs other than x86 count
+    as having one). Without one (AVX2-only x86 CPUs: AMD Zen 1-3, Xeons before Cascade Lake) oneDNN's int8 GEMM is its
+    ``gemm:jit``, which multiplies with ``vpmaddubsw`` (``weight_levels``) and packs the weights on every call
+    (``float_below_rows``)."""
     x86 = platform.machine() in ("x86_64", "AMD64")
-    return 63.0 if x86 and not {"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags() else QMAX
+    return not x86 or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+
+
+def weight_levels() -> float:
+    """The largest int8 weight magnitude: 127, or 63 where the CPU has no int8 dot product (``int8_dot_product``).
+    There oneDNN multiplies the uint8 activations by the int8 weights with ``vpmaddubsw``, whose int16 sum of two
+    products saturates past 32,767 (255 x 127 x 2 = 64,770; 255 x 63 x 2 = 32,130): one MiniLM-sized layer came out up
+    to 0.58 off the int8 arithmetic with 127. 7-bit weights are NNCF's "overflow fix" for the same CPUs (OpenVINO's
+    static int8)."""
+    return QMAX if int8_dot_product() else 63.0
+
+
+def float_below_rows() -> int:
+    """Batches of fewer rows than this run a quantized layer in the model's dtype, by the layer's own weights (kept for
+    the outlier rows): ``FLOAT_BELOW_ROWS`` where the CPU has no int8 dot product, 0 elsewhere (oneDNN's brgemm
+    kernels there take the weights prepacked; not measured). oneDNN's AVX2 ``gemm:jit`` packs the weights on every
+    call (0.19-1.4 ms at MiniLM's and bge-base's shapes whatever the rows; AMD Zen 3, 2 threads), and the rows are
+    quantized in blocks of 64. End to end with all-MiniLM-L6-v2 there, int8's speed over float32: 96 rows 0.91x, 112
+    rows 1.07x, 128 rows 1.33x, 512 rows 1.51x; one query 8.6 ms against int8's 19.2 (9.0 with this)."""
+    return 0 if int8_dot_product() else FLOAT_BELOW_ROWS
 
 
 def zero_point() -> int:
@@ -148,11 +167,14 @@ class Int8Kernel:
         wanted = torch.bfloat16 if layer.activation else self.model_dtype
         self.out_dtype = wanted if onednn_takes(wanted) else torch.float32
         self.narrows = not layer.activation and self.out_dtype != self.model_dtype
+        self.float_below = float_below_rows()
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``act(x @ W.T + b) + residual`` in the model's dtype (an FFN in's in bfloat16): the product in int8, outlier
-        rows in the model's dtype."""
+        rows in the model's dtype; a batch of fewer than ``float_below_rows()`` rows all in the model's dtype."""
         rows = x.reshape(-1, x.shape[-1])
+        if len(rows) < self.float_below:
+            return self.layer.dense(x, residual)
         adds_residual = self.adds_residual(residual)
         multiple = 1 if adds_residual else ROW_MULTIPLE  # oneDNN's residual must match the rows
         factor = RESIDUAL_OUTLIER_FACTOR if adds_residual else self.outlier_factor
@@ -219,9 +241,13 @@ class PerTokenInt8Kernel:
         self.weight_scale, self.packed, self.zero_points, self.bias = quantize_weight(layer)
         self.out_features = layer.out_features
         self.out_dtype = layer.weight.dtype  # the model's (its input may be an FFN in's bfloat16)
+        self.layer, self.float_below = layer, float_below_rows()  # the model's dtype for small batches (Int8Kernel's)
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """``x @ W.T + b + residual`` in the model's dtype, each row of ``x`` quantized with its own scale."""
+        """``x @ W.T + b + residual`` in the model's dtype, each row of ``x`` quantized with its own scale (a batch of
+        fewer than ``float_below_rows()`` rows in the model's dtype)."""
+        if x.numel() < self.float_below * x.shape[-1]:
+            return self.layer.dense(x.to(self.out_dtype), residual)
         with traced("wde::int8_quantize_rows"):
             quantized, scales = _kernels().quantize_rows_uint8(x.reshape(-1, x.shape[-1]), signed_activations(),
                                                                ROW_MULTIPLE)
