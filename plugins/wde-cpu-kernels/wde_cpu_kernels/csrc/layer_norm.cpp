@@ -1,9 +1,8 @@
 // LayerNorm over fp32 or bf16 rows (wde_cpu_kernels.norms): each row read once from memory and three times from L1
 // (its mean, its variance about the mean, the normalized output), in fp32, the output rounded to the input's dtype.
 // torch's CPU LayerNorm took 0.86 ms for 4,096 x 768 bf16 rows on a 2-core Xeon (AMX), 3.4x a copy of the same bytes.
-#include <torch/extension.h>
+#include "aten.h"
 
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <cmath>

@@ -5,9 +5,8 @@
 // JIT kernels for u8 activations x s8 weights on every int8 ISA (AVX512-VNNI, AMX), while s8 activations against
 // torch's prepacked weights fall to its reference kernel on CPUs without AMX (about 1,000x slower, seen on Zen 5).
 // Where the CPU has AMX-INT8 they run its JIT kernels with no zero point to compensate, so the caller may ask for int8.
-#include <torch/extension.h>
+#include "aten.h"
 
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <algorithm>

@@ -3,8 +3,8 @@
 // no [heads, L, L] scores in memory). Inputs are fp32 or bf16 [tokens, heads, head_dim] views with a contiguous last
 // dimension, the arithmetic fp32 FMAs either way (bf16 rows widened as they are packed); K is transposed per item into
 // a small buffer. The parts shared with the bf16-product kernel are in varlen_common.h; setup.py compiles both into
-// wde_cpu_kernels._varlen at install.
-#include <torch/extension.h>
+// wde_cpu_kernels._varlen at install (its Python bindings: module_avx512.cpp).
+#include "aten.h"
 
 #include "rows_api.h"
 #include "rows_avx512.h"
@@ -193,22 +193,4 @@ at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
                             const std::vector<int64_t>& cu_k) {  // varlen_items.h's attend_float, head_dim % 16
   return attend_float<Fp32, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 16);
-}
-
-#ifdef __AVX512BF16__
-at::Tensor varlen_attention_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const std::vector<int64_t>& cu, bool causal, int64_t window, double scale, bool amx,
-                                 const std::vector<int64_t>& cu_k);
-bool amx_available();
-#endif
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  wde::define_kernels(m, "Varlen attention over packed sequences (AVX-512)");
-#ifdef __AVX512BF16__
-  m.def("varlen_attention_bf16", &varlen_attention_bf16, "The same for bfloat16 (AVX512-BF16, or AMX tiles)",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::arg("amx") = true, py::arg("cu_seqlens_k") = std::vector<int64_t>{},
-        py::call_guard<py::gil_scoped_release>());
-  m.def("amx_available", &amx_available, "Whether the CPU has AMX-BF16 and Linux grants its tile state");
-#endif
 }

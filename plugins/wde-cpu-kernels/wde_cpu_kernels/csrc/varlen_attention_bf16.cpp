@@ -5,7 +5,7 @@
 // bf16 matrix product would), their exps by a short polynomial (softmax_rows_bf16; where every row of a register
 // block sees all the keys it scored, softmax_full_rows_bf16 with the rows' maxima taken from the scores' registers).
 // Compiled with -mavx512bf16 (setup.py); called only where the CPU has AVX512-BF16.
-#include <torch/extension.h>
+#include "aten.h"
 
 #include <cstring>
 

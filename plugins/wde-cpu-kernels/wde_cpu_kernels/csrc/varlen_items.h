@@ -3,9 +3,7 @@
 // k, v and the output of one (sequence, head) in float or bf16, the work items spread over torch's threads, and the
 // fp32-arithmetic kernels' entry point (attend_float).
 #pragma once
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
-#include <torch/extension.h>
+#include "aten.h"
 
 #include <algorithm>
 #include <array>

@@ -1,9 +1,8 @@
 // The row kernels of quantize.cpp and layer_norm.cpp in 8-lane AVX2 (the same results: round half to even, saturation
 // at 127 and -128, fp32 sums), for the module built for CPUs without AVX-512 (setup.py: wde_cpu_kernels._varlen_avx2).
 // Rows are split across torch's threads; the last cols % 8 values of a row are masked.
-#include <torch/extension.h>
+#include "aten.h"
 
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -159,8 +158,4 @@ WDE_DEFINE_QUANTIZATION(Avx2Rows)
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
   return wde::rows_api::layer_norm<Avx2Rows>(x, weight, bias, eps);
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  wde::define_kernels(m, "Varlen attention over packed sequences (AVX2)");
 }

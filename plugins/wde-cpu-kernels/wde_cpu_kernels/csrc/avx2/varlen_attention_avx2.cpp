@@ -3,7 +3,7 @@
 // work item (varlen_items.h), K transposed per item into a small buffer, scores and softmax in a per-thread buffer, fp32
 // FMAs on fp32 or widened bf16 rows. 16 registers: register blocks of 6 query rows x 16 keys (scores) and 6 rows x 16
 // head dims (the weighted sum of values), 12 accumulators each, enough chains for two FMAs a cycle at 4 cycles' latency.
-#include <torch/extension.h>
+#include "aten.h"
 
 #include <cmath>
 
