@@ -540,6 +540,20 @@ def cosines(a, b):
 CI_SKIP_MESSAGE = "CI=true: skipped for a missing dependency: {reason}"
 
 
+def proc_cpuinfo() -> dict[str, str]:
+    """The last CPU's fields in /proc/cpuinfo (``flags``, ``vendor_id``, ...; all CPUs alike), read here independently
+    of wde_core's reader, for tests of the rules wde draws from it; empty where there is no such file."""
+    path = Path("/proc/cpuinfo")
+    info = path.read_text(encoding="utf-8") if path.exists() else ""
+    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def proc_cpuinfo_flags() -> set[str]:
+    """The flags line of /proc/cpuinfo as ``proc_cpuinfo`` reads it (not ``wde_core.plugin_api.cpu_flags``)."""
+    return set(proc_cpuinfo().get("flags", "").split())
+
+
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``); empty where there is no such file."""
     from wde_core.plugin_api import cpu_flags as core_cpu_flags  # imports torch: only when a test asks

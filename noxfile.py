@@ -54,7 +54,7 @@ def install(session: nox.Session, *extra: str) -> None:
 
 def kernels_wheel(session: nox.Session) -> str:
     """wde-cpu-kernels as a wheel compiled against the session's torch, built once per state of its sources and
-    torch pin (about 2 minutes on 2 cores) and kept under .nox/wheels: every later session installs it as built."""
+    torch pin (about 80 s on 2 cores) and kept under .nox/wheels: every later session installs it as built."""
     source = Path(__file__).parent / "plugins" / "wde-cpu-kernels"
     digest = hashlib.sha256(TORCH.encode())
     # what goes into the wheel: the package and the build files (not tests/ or tools/, whose edits rebuilt it)

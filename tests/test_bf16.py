@@ -9,22 +9,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import cosines, minilm_path
+from conftest import cosines, minilm_path, proc_cpuinfo_flags
 from wde_core import Engine, plugin_api
 from wde_core.cli.main import cli
 
 
-def cpu_flags() -> set[str]:
-    """The flags line of /proc/cpuinfo read here, independently of ``wde_core.plugin_api.cpu_flags``."""
-    path = Path("/proc/cpuinfo")
-    if not path.exists():
-        return set()
-    line = next((line for line in path.read_text().splitlines() if line.startswith("flags")), "flags :")
-    return set(line.partition(":")[2].split())
-
-
 def test_the_plugin_api_reads_the_cpus_flags():
-    assert plugin_api.cpu_flags() == frozenset(cpu_flags())
+    assert plugin_api.cpu_flags() == frozenset(proc_cpuinfo_flags())
     if Path("/proc/cpuinfo").exists() and platform.machine() == "x86_64":
         assert {"fpu", "sse2"} <= plugin_api.cpu_flags()  # every x86-64 CPU lists them
 
@@ -34,7 +25,7 @@ def test_inspect_says_what_bfloat16_would_give_on_this_cpu(isolated_host):
     out = CliRunner().invoke(cli, ["inspect", "--device", "cpu"])
     assert out.exit_code == 0, out.output
     line = next(x for x in out.output.splitlines() if x.strip().startswith("dtype:"))
-    flags = cpu_flags()
+    flags = proc_cpuinfo_flags()
     native = "amx_bf16" in flags or "avx512_bf16" in flags
     assert "dtype='bfloat16'" in line and ("AMX-BF16" in line or "AVX512-BF16" in line), line
     assert ("emulated" in line) != native, line  # without bf16 arithmetic the note says to keep float32

@@ -81,14 +81,11 @@ def test_bf16_gemms_are_widened_exactly_on_x86_cpus_whose_bf16_products_are_slow
     """The rule read independently off /proc/cpuinfo: widened without AMX-BF16 where the CPU has no AVX512-BF16 or is
     Intel's; and a bf16 layer prepacked here takes the path the rule gives."""
     import platform
-    from pathlib import Path
 
+    from conftest import proc_cpuinfo, proc_cpuinfo_flags
     from wde_core.plugin_api import cpu_vendor, widens_bf16_gemms
 
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in pairs}  # the last CPU's; all alike
-    flags, vendor = set(fields.get("flags", "").split()), fields.get("vendor_id", "")
+    flags, vendor = proc_cpuinfo_flags(), proc_cpuinfo().get("vendor_id", "")
     assert cpu_vendor() == vendor
     x86 = platform.machine() in ("x86_64", "AMD64")
     assert widens_bf16_gemms() == (x86 and "amx_bf16" not in flags and ("avx512_bf16" not in flags

@@ -4,13 +4,12 @@ weights, small batches in float, int8 activations on AMX). Whole models: test_in
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import cpu_flags
+from conftest import cpu_flags, proc_cpuinfo_flags
 from wde_core.plugin_api import Linear, onednn_takes
 from wde_cpu_kernels import int8
 from wde_cpu_kernels.attention import varlen_kernel
@@ -159,9 +158,8 @@ def cpuinfo_int8_dot_product() -> bool:
     AMX-INT8 on x86; other CPUs count as having one), not by wde's own reader."""
     import platform
 
-    info = open("/proc/cpuinfo", encoding="utf-8").read() if os.path.exists("/proc/cpuinfo") else ""
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    return platform.machine() not in ("x86_64", "AMD64") or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & flags)
+    vnni = {"avx512_vnni", "avx_vnni", "amx_int8"} & proc_cpuinfo_flags()
+    return platform.machine() not in ("x86_64", "AMD64") or bool(vnni)
 
 
 def test_weights_take_7_bits_exactly_where_the_cpu_has_no_int8_dot_product():

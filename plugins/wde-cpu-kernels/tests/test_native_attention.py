@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import BertModel
 
-from conftest import cpu_flags, save_random_bert
+from conftest import cpu_flags, proc_cpuinfo, save_random_bert
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention
@@ -25,7 +25,7 @@ from kernel_builds import HAS_KERNEL, build, load_build, needs_kernel, runs  # n
 
 HAS_AVX512 = runs("AVX512")
 # the vendor read here, independently of wde_core.plugin_api.cpu_vendor (the bf16 path depends on it)
-INTEL = os.path.exists("/proc/cpuinfo") and "GenuineIntel" in open("/proc/cpuinfo", encoding="utf-8").read()
+INTEL = proc_cpuinfo().get("vendor_id") == "GenuineIntel"
 
 
 def test_the_installed_kernel_loads_where_the_cpu_has_avx512_or_avx2():
