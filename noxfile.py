@@ -136,6 +136,15 @@ def bench_host(session: nox.Session) -> None:
     session.run("python", "bench_host.py", *session.posargs)
 
 
+@nox.session(name="bench-int8-rows")
+def bench_int8_rows(session: nox.Session) -> None:
+    """int8 against the model's dtype by batch size (MiniLM, 16-token texts, alternating): where small batches should
+    leave int8 on this CPU (wde_cpu_kernels.int8.float_below_rows; benchmarks/bench_int8_rows.py)."""
+    install(session, "pytest")  # the packaged MiniLM is found through the repository's conftest
+    session.chdir("benchmarks")
+    session.run("python", "bench_int8_rows.py", *session.posargs)
+
+
 @nox.session(name="bench-rerank")
 def bench_rerank(session: nox.Session) -> None:
     """wde's rerankers against sentence-transformers' CrossEncoder (2 threads, fp32): a cross-encoder on 1,000 wiki
