@@ -44,7 +44,7 @@ AVX2_FLAGS = ["-O3", "-g0", "-fopenmp", "-mavx2", "-mfma", "-fno-math-errno", "-
 
 class ParallelBuildExtension(BuildExtension.with_options(use_ninja=False)):
     """torch's BuildExtension without ninja, compiling the sources side by side (one compiler per core). Only each
-    module's bindings file includes torch's Python headers (~22 s of -O3; the kernels' files ATen's, 6-10 s each)."""
+    module's bindings file includes torch's Python headers (~30 s of -O3; the kernels' files ATen's, 6-13 s each)."""
 
     def build_extensions(self) -> None:
         compiler = self.compiler

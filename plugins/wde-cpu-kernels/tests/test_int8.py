@@ -4,7 +4,6 @@ weights, small batches in float, int8 activations on AMX). Whole models: test_in
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
