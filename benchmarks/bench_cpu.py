@@ -178,6 +178,10 @@ def main() -> None:
           f"{peaks['int8']:.0f} GOP/s (wde's int8 path with {args.int8_dtype} around it, quantization included; "
           f"{peaks['int8'] / peaks['bf16']:.2f}x "
           f"bf16); {flops / 1e6:.1f} MFLOP/token in linear layers{isa_cap_note()}", flush=True)
+    if "int8" in args.dtypes.split(","):
+        from wde_cpu_kernels.int8 import float_rows_note
+
+        print(f"wde int8 as shipped here: {float_rows_note(args.int8_dtype)[2:] or 'int8 GEMMs at every batch size'}")
     results, outputs, rounds = {}, {}, {}
     for group in args.dtypes.split(","):
         run_group(group, args, path, max_len, texts, tokens, flops, peaks, results, outputs, rounds, Engine)

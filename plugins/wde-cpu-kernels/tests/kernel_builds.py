@@ -37,3 +37,15 @@ def build(request, monkeypatch):
     module = load_build(request.param)
     monkeypatch.setattr(attention, "varlen_kernel", lambda: module)
     return module
+
+
+@pytest.fixture(autouse=True)
+def int8_past_float_rows(monkeypatch):
+    """Where this CPU's rule runs every int8 batch in the model's dtype (``int8.cpu_float_below_rows``: a CPU that
+    splits 256-bit vectors in halves, AMD Zen 1), a test module that imports this runs with
+    ``WDE_INT8_FLOAT_BELOW_ROWS`` at ``FLOAT_BELOW_ROWS``, so that its batches of more rows still test int8 (subprocesses
+    inherit it); elsewhere the rule as shipped."""
+    from wde_cpu_kernels import int8
+
+    if int8.cpu_float_below_rows() == int8.ALWAYS_FLOAT:
+        monkeypatch.setenv(int8.FLOAT_BELOW_ROWS_VARIABLE, str(int8.FLOAT_BELOW_ROWS))

@@ -1,6 +1,6 @@
 """quantization="int8", layer by layer: the compiled quantizer against torch's, one int8 layer against the same
-arithmetic done in float64, the outlier rows through the layer's own path, what each CPU's instructions change (7-bit
-weights, small batches in float, int8 activations on AMX). Whole models: test_int8_models.py."""
+arithmetic done in float64, the outlier rows through the layer's own path. What each CPU's instructions change:
+test_int8_cpu_rules.py; whole models: test_int8_models.py."""
 
 from __future__ import annotations
 
@@ -8,15 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import cpu_flags, proc_cpuinfo_flags
 from wde_core.plugin_api import Linear, onednn_takes
 from wde_cpu_kernels import int8
 from wde_cpu_kernels.attention import varlen_kernel
 from wde_cpu_kernels.torch_quantizer import TorchQuantizer
 
-from kernel_builds import needs_kernel, runs
+from kernel_builds import int8_past_float_rows, needs_kernel, runs  # noqa: F401 - an autouse fixture
 
-INT8_ROWS = int8.FLOAT_BELOW_ROWS + 8  # a batch that runs in int8 on every CPU (float_below_rows)
+INT8_ROWS = int8.FLOAT_BELOW_ROWS + 8  # a batch that runs in int8 on every CPU (with int8_past_float_rows)
 
 
 @needs_kernel
@@ -150,63 +149,6 @@ def assert_within_rounding(got: torch.Tensor, expected: torch.Tensor) -> None:
     """``got`` equals the float64 ``expected`` to 1e-4, plus half a bf16 unit where ``got`` is bf16 (2^-9 relative)."""
     rounding = expected.abs() * 2.0 ** -8 if got.dtype == torch.bfloat16 else 0.0
     assert bool(((got.double() - expected).abs() <= rounding + 1e-4).all()), (got.double() - expected).abs().max()
-
-
-def cpuinfo_int8_dot_product() -> bool:
-    """Whether the CPU has an int8 dot product instruction, read off /proc/cpuinfo here (AVX512-VNNI, AVX-VNNI or
-    AMX-INT8 on x86; other CPUs count as having one), not by wde's own reader."""
-    import platform
-
-    vnni = {"avx512_vnni", "avx_vnni", "amx_int8"} & proc_cpuinfo_flags()
-    return platform.machine() not in ("x86_64", "AMD64") or bool(vnni)
-
-
-def test_weights_take_7_bits_exactly_where_the_cpu_has_no_int8_dot_product():
-    """63 levels on x86 CPUs without AVX512-VNNI, AVX-VNNI or AMX-INT8, 127 elsewhere; and a layer whose every product
-    is at its largest (activations 255 as uint8, weights at the top level) gives the exact int8 arithmetic, which
-    int16 pair sums past 32,767 would not (vpmaddubsw saturating, on those CPUs)."""
-    assert int8.int8_dot_product() == cpuinfo_int8_dot_product()
-    assert int8.weight_levels() == (127.0 if cpuinfo_int8_dot_product() else 63.0)
-    layer = Linear(64, 8)
-    with torch.no_grad():
-        layer.weight.fill_(1.0), layer.bias.zero_()
-        layer.weight[1::2] *= -1.0
-    x = torch.full((int8.FLOAT_BELOW_ROWS, 64), 3.0)  # every activation at the scale's top: uint8 255
-    layer.kernel = int8.Int8Kernel(layer)
-    with torch.inference_mode():
-        torch.testing.assert_close(layer(x), x @ layer.weight.T, atol=1e-4, rtol=1e-5)
-
-
-@needs_kernel
-@pytest.mark.parametrize("per_token", [False, True])
-def test_small_batches_run_in_the_models_dtype_where_the_cpu_has_no_int8_dot_product(per_token):
-    """Where oneDNN's int8 GEMM packs the weights on every call (no int8 dot product), a batch of fewer than
-    FLOAT_BELOW_ROWS rows runs by the layer's own weights, exactly as the unquantized layer; a batch of that many rows,
-    and on other CPUs any batch, runs in int8 (off the float result by int8's rounding)."""
-    torch.manual_seed(0)
-    layer = Linear(96, 40) if per_token else Linear(64, 96)
-    layer.kernel = int8.PerTokenInt8Kernel(layer) if per_token else int8.Int8Kernel(layer)
-    assert int8.float_below_rows() == (0 if cpuinfo_int8_dot_product() else int8.FLOAT_BELOW_ROWS)
-    for rows in (1, int8.FLOAT_BELOW_ROWS - 1, int8.FLOAT_BELOW_ROWS):
-        x, res = torch.randn(rows, layer.in_features), torch.randn(rows, layer.out_features)
-        with torch.inference_mode():
-            got, dense = layer(x, res), layer.dense(x, res)
-        in_float = rows < int8.float_below_rows()
-        assert torch.equal(got, dense) == in_float, rows
-        assert (got - dense).abs().max() < 0.1, rows  # int8's rounding, not another product
-
-
-def test_activations_are_int8_exactly_where_the_cpu_has_amx_int8(monkeypatch):
-    amx_int8 = {"amx_int8", "amx_tile"} <= cpu_flags()
-    int8.signed_activations.cache_clear()
-    assert int8.signed_activations() == amx_int8
-    assert int8.zero_point() == (0 if amx_int8 else 128)
-    for cap, admits_amx in (("avx512_core_bf16", False), ("AVX512_CORE_AMX", True), ("ALL", True)):
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-        int8.signed_activations.cache_clear()
-        assert int8.signed_activations() == (amx_int8 and admits_amx), cap
-    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
-    int8.signed_activations.cache_clear()
 
 
 def reference_per_token(layer: Linear, x: torch.Tensor, residual=None) -> torch.Tensor:

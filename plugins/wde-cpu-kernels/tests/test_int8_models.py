@@ -19,7 +19,7 @@ from wde_core import Engine
 from wde_core.plugin_api import Linear
 from wde_cpu_kernels import int8
 
-from kernel_builds import needs_kernel
+from kernel_builds import int8_past_float_rows, needs_kernel  # noqa: F401 - an autouse fixture
 
 
 def test_down_projections_take_one_scale_per_token(tiny_bert_dir):

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from kernel_builds import needs_kernel, runs
+from kernel_builds import int8_past_float_rows, needs_kernel, runs  # noqa: F401 - an autouse fixture
 
 
 ONEDNN_PROBE = """

@@ -1,4 +1,5 @@
-"""Whether AMX may run under oneDNN's ISA cap (the CPU's flags come from ``wde_core.plugin_api.cpu_flags``).
+"""What this CPU offers wde's kernels: whether AMX may run under oneDNN's ISA cap, whether it has an int8 dot product,
+whether it splits 256-bit vectors in halves (the CPU's flags come from ``wde_core.plugin_api.cpu_flags``).
 
 ``ONEDNN_MAX_CPU_ISA`` (or its older name ``DNNL_MAX_CPU_ISA``) caps the instruction sets oneDNN dispatches to;
 ``AVX512_CORE_BF16``, for instance, keeps a Sapphire Rapids Xeon off its AMX tiles. wde's own kernels follow the
@@ -7,7 +8,12 @@ only form oneDNN has JIT kernels for without AMX) and the attention kernel's AVX
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
+from pathlib import Path
+
+from wde_core.plugin_api import cpu_flags
 
 ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -21,3 +27,35 @@ def amx_allowed() -> bool:
     """Whether oneDNN's ISA cap admits AMX: none set, ``ALL``/``DEFAULT``, or one of the AMX ISAs."""
     cap = isa_cap()
     return cap in ("ALL", "DEFAULT") or "AMX" in cap
+
+
+@functools.lru_cache(maxsize=1)
+def int8_dot_product() -> bool:
+    """Whether the CPU has an int8 dot product instruction (AVX512-VNNI, AVX-VNNI, AMX-INT8; CPUs other than x86 count
+    as having one). Without one (AVX2-only x86 CPUs: AMD Zen 1-3, Xeons before Cascade Lake) oneDNN's int8 GEMM is its
+    ``gemm:jit``, which multiplies with ``vpmaddubsw`` (``int8.weight_levels``) and packs the weights on every call
+    (``int8.float_below_rows``)."""
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    return not x86 or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+
+
+@functools.lru_cache(maxsize=1)
+def splits_256_bit_vectors() -> bool:
+    """Whether the CPU runs each 256-bit AVX2 instruction as two 128-bit halves: AMD's Zen and Zen+ (family 0x17,
+    models below 0x30; Zen 2 widened the units), Hygon's Dhyana (family 0x18, a Zen) and AMD's families 0x15-0x16.
+    There oneDNN's AVX2 int8 GEMM never caught up with float32 (``int8.float_below_rows``)."""
+    vendor, family, model = cpu_identity()
+    amd = vendor in ("AuthenticAMD", "HygonGenuine")
+    return amd and (family in (0x15, 0x16, 0x18) or (family == 0x17 and model < 0x30))
+
+
+def cpu_identity() -> tuple[str, int, int]:
+    """The first CPU's ``vendor_id``, ``cpu family`` and ``model`` from /proc/cpuinfo; ``("", 0, 0)`` where unknown."""
+    try:
+        first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]
+    except OSError:
+        return "", 0, 0
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
+    number = fields.get("cpu family", ""), fields.get("model", "")
+    family, model = (int(n) if n.isdigit() else 0 for n in number)
+    return fields.get("vendor_id", ""), family, model

@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import platform
+import os
+import sys
 
 import torch
 
 from wde_core.plugin_api import LayerNorm, Linear, cpu_flags, onednn_takes
 
-from wde_cpu_kernels.cpu import amx_allowed
+from wde_cpu_kernels.cpu import amx_allowed, int8_dot_product, splits_256_bit_vectors
 from wde_cpu_kernels.torch_quantizer import QMAX, ZERO_POINT, TorchQuantizer
 
 OUTLIER_FACTOR = 2.0  # rows over twice the median row's largest magnitude run in the model's dtype
@@ -50,6 +51,8 @@ RESIDUAL_OUTLIER_FACTOR = math.inf
 ROW_MULTIPLE = 64
 OUTLIER_MULTIPLE = 16
 FLOAT_BELOW_ROWS = 112  # float_below_rows: fewer rows run in the model's dtype on CPUs without an int8 dot product
+ALWAYS_FLOAT = sys.maxsize  # ... and every batch where the CPU splits 256-bit vectors in halves (AMD Zen, Zen+)
+FLOAT_BELOW_ROWS_VARIABLE = "WDE_INT8_FLOAT_BELOW_ROWS"  # sets float_below_rows whatever the CPU
 
 
 def int8_supported() -> str | None:
@@ -71,16 +74,6 @@ def signed_activations() -> bool:
     return amx_int8 and amx_allowed()
 
 
-@functools.lru_cache(maxsize=1)
-def int8_dot_product() -> bool:
-    """Whether the CPU has an int8 dot product instruction (AVX512-VNNI, AVX-VNNI, AMX-INT8; CPUs other than x86 count
-    as having one). Without one (AVX2-only x86 CPUs: AMD Zen 1-3, Xeons before Cascade Lake) oneDNN's int8 GEMM is its
-    ``gemm:jit``, which multiplies with ``vpmaddubsw`` (``weight_levels``) and packs the weights on every call
-    (``float_below_rows``)."""
-    x86 = platform.machine() in ("x86_64", "AMD64")
-    return not x86 or bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
-
-
 def weight_levels() -> float:
     """The largest int8 weight magnitude: 127, or 63 where the CPU has no int8 dot product (``int8_dot_product``).
     There oneDNN multiplies the uint8 activations by the int8 weights with ``vpmaddubsw``, whose int16 sum of two
@@ -92,12 +85,36 @@ def weight_levels() -> float:
 
 def float_below_rows() -> int:
     """Batches of fewer rows than this run a quantized layer in the model's dtype, by the layer's own weights (kept for
-    the outlier rows): ``FLOAT_BELOW_ROWS`` where the CPU has no int8 dot product, 0 elsewhere (oneDNN's brgemm
-    kernels there take the weights prepacked; not measured). oneDNN's AVX2 ``gemm:jit`` packs the weights on every
-    call (0.19-1.4 ms at MiniLM's and bge-base's shapes whatever the rows; AMD Zen 3, 2 threads), and the rows are
-    quantized in blocks of 64. End to end with all-MiniLM-L6-v2 there, int8's speed over float32: 96 rows 0.91x, 112
-    rows 1.07x, 128 rows 1.33x, 512 rows 1.51x; one query 8.6 ms against int8's 19.2 (9.0 with this)."""
-    return 0 if int8_dot_product() else FLOAT_BELOW_ROWS
+    the outlier rows): ``WDE_INT8_FLOAT_BELOW_ROWS`` where set (0: int8 at every size), else ``cpu_float_below_rows``."""
+    value = os.environ.get(FLOAT_BELOW_ROWS_VARIABLE, "").strip()
+    if not value:
+        return cpu_float_below_rows()
+    if not value.isdigit():
+        raise ValueError(f"{FLOAT_BELOW_ROWS_VARIABLE}={value!r}: expected a whole number of rows (0: int8 at every "
+                         "batch size; unset: this CPU's rule)")
+    return int(value)
+
+
+def cpu_float_below_rows() -> int:
+    """This CPU's ``float_below_rows``: 0 with an int8 dot product (oneDNN's brgemm kernels take the weights prepacked;
+    not measured); on AVX2 CPUs ``FLOAT_BELOW_ROWS``, as oneDNN's ``gemm:jit`` packs the weights on every call (0.19-1.4
+    ms a layer; on a Zen 3 with all-MiniLM-L6-v2 int8 ran 0.91x float32 at 96 rows, 1.07x at 112, 1.51x at 512);
+    ``ALWAYS_FLOAT`` where the CPU splits 256-bit vectors in halves (``splits_256_bit_vectors``; on a Zen 1 int8 ran
+    0.28x float32 at 16 rows, 0.5x at 240-448, 0.93x at 912, 0.9x on the 2,000 wiki paragraphs)."""
+    if int8_dot_product():
+        return 0
+    return ALWAYS_FLOAT if splits_256_bit_vectors() else FLOAT_BELOW_ROWS
+
+
+def float_rows_note(dtype: str) -> str:
+    """What ``float_below_rows`` does here, for ``wde inspect``'s reason (empty where every batch runs int8)."""
+    rows, variable = float_below_rows(), FLOAT_BELOW_ROWS_VARIABLE
+    if rows >= ALWAYS_FLOAT:
+        why = variable if os.environ.get(variable) else ("this CPU splits 256-bit vectors in halves: int8 GEMMs ran "
+                                                         f"0.3-0.93x float32 on an AMD Zen; {variable}=0 forces int8")
+        return f"; every batch in {dtype} ({why})"
+    why = variable if os.environ.get(variable) else "oneDNN packs the int8 weights on every call on this CPU"
+    return f"; batches of fewer than {rows} rows in {dtype} ({why})" if rows else ""
 
 
 def zero_point() -> int:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from wde_core.plugin_api import hookimpl
 
 
@@ -38,17 +40,21 @@ def wde_quantization(scheme, device, dtype):
     """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for the ``Linear`` layers of the transformer blocks."""
     if scheme != "int8" or device.type != "cpu":
         return None
-    from wde_cpu_kernels.int8 import int8_supported
+    from wde_cpu_kernels.int8 import float_rows_note, int8_supported
 
     refusal = int8_supported()
     if refusal is not None:
         raise ValueError(f"engine argument quantization='int8': {refusal}")
     named = str(dtype).replace("torch.", "")
+    note = float_rows_note(named)
+    if note.startswith("; every batch"):
+        logging.getLogger(__name__).warning("quantization='int8'%s", note[1:])
     return ("wde_cpu_kernels.int8:quantize_model",
             "int8 (wde-cpu-kernels): the transformer blocks' linear layers as oneDNN int8 GEMMs, weights per output "
             "channel, activations per batch (outlier rows in the model dtype), dequantized with bias/activation/residual "
             "in the epilogue; down projections (more inputs than outputs, the FFN's) with activations per token; "
-            f"attention, norms, pooling and the heads outside the blocks (pooler, classifier, projections) in {named}")
+            f"attention, norms, pooling and the heads outside the blocks (pooler, classifier, projections) in {named}"
+            + note)
 
 
 @hookimpl
