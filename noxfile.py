@@ -45,7 +45,7 @@ def install(session: nox.Session, *extra: str) -> None:
     distributions as wheels built in one process, the kernels built against that torch), then ``extra``, all under
     constraints.txt."""
     session.install(*CONSTRAINTS, TORCH, "setuptools>=64", "flit_core")
-    requirements, built = as_wheels(session, [*PACKAGES, *extra])
+    requirements, built = as_wheels(session, list(dict.fromkeys([*PACKAGES, *extra])))  # each once
     # no build isolation for what is still a directory (tests/plugins/wde-example, setuptools): it builds against
     # the setuptools above instead of a fresh build environment of its own
     session.install(*CONSTRAINTS, "--no-build-isolation", *requirements)
@@ -59,7 +59,8 @@ def as_wheels(session: nox.Session, requirements: list[str]) -> tuple[list[str],
     the wheel .ci/flit_wheels.py builds for it, extras kept (pip built each directory through two build-backend
     subprocesses: 58 s a session for the 22 on 2 cores); and those wheels' paths."""
     flit = {r: r.partition("[")[0] for r in dict.fromkeys(requirements) if is_flit_directory(r.partition("[")[0])}
-    out = os.path.join(session.create_tmp(), "flit-wheels")
+    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses to start its workers
+    out = str(Path(__file__).parent / ".nox" / "wheels" / f"flit-{session.name}")
     # run_install: an install step, so `--install-only` builds them too (session.run would skip it there)
     printed = session.run_install("python", ".ci/flit_wheels.py", out, *flit.values(), silent=True, stderr=None)
     wheels = dict(zip(flit, [line for line in printed.splitlines() if line.endswith(".whl")], strict=True))

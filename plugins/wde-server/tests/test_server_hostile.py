@@ -137,8 +137,19 @@ def test_a_passed_deadline_is_a_504_and_its_work_is_dropped(server):
     assert bad.status_code == 400 and "X-Request-Timeout" in bad.json()["error"]
 
 
+def batch_seconds(server, texts: int) -> float:
+    """One batch's time on this machine: the server's own inference time (``x-inference-time``) of a request of
+    ``texts`` x 256 tokens sent alone, the second of two (warm)."""
+    body = {"inputs": [WORDS_254] * texts}
+    return [float(post(server, "/embed", body).headers["x-inference-time"]) / 1000 for _ in range(2)][-1]
+
+
 def test_a_small_request_is_answered_while_maximal_ones_run(server):
+    """A 3-token request waits for the batch running when it arrives, then runs in the next: two batch times (a
+    4,096-token batch: ~0.7 s on a Zen 3, ~1.4 s on a Zen 1), bounded by 2.5 of them or 2 s, whichever is more,
+    while six maximal requests (~18 s of work) are still unfinished."""
     reference = np.array(post(server, "/embed", {"inputs": "tiny"}).json()[0])
+    bound = max(2.0, 2.5 * batch_seconds(server, 16))  # 16 x 256 tokens: the CPU's 4,096-token batch
 
     async def scenario():
         async with httpx.AsyncClient(timeout=120, headers=OPEN) as client:
@@ -158,7 +169,8 @@ def test_a_small_request_is_answered_while_maximal_ones_run(server):
     assert small.status_code == 200 and unfinished >= 5
     np.testing.assert_allclose(small.json()[0], reference, atol=1e-5)
     timing = {k: v for k, v in small.headers.items() if k.endswith("-time")}
-    assert latency < 2.0, f"a 3-token request waited {latency:.2f} s behind maximal ones ({timing})"
+    assert latency < bound, f"a 3-token request waited {latency:.2f} s (bound {bound:.2f} s) behind maximal ones " \
+        f"({timing})"
 
 
 # -- 5. slow clients ------------------------------------------------------------------------------------

@@ -240,7 +240,11 @@ def test_soak_no_lost_no_wrong_no_5xx_bounded_latency_flat_memory(expected, tmp_
     assert not stats.wrong, f"{len(stats.wrong)} wrong, e.g. {stats.wrong[:3]}"
     assert sum(len(v) for v in stats.latency.values()) == sum(stats.sent.values())
     assert stats.sent["maximal"] >= HEAVY and stats.sent["hang-up"] >= QUITTERS and stats.sent["stall"] >= STALLERS
-    assert np.percentile(stats.latency["tiny"], 99) < 2.0
+    # a 2-token request waits for the running batch, then runs in the next: two batch times, the batch's time read
+    # off the server under the soak's own load (its x-inference-time: ~0.5 s on a Zen 3, ~0.95 s on a Zen 1, where
+    # the p99 came to 2.15 s); 3 of them or 2 s, whichever is more, against the maximal requests' ~60 s
+    batch = np.percentile([inference for _, inference in TINY_PHASES], 50) / 1000
+    assert np.percentile(stats.latency["tiny"], 99) < max(2.0, 3.0 * batch), f"batch {batch:.2f} s"
     assert abs(after / warm - 1) <= 0.20
     assert 'reason="disconnect"' in metrics and 'key_name="bulk"' in metrics
     assert code == 0 and "Traceback" not in server.log_path.read_text()
