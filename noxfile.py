@@ -41,37 +41,15 @@ TEST_PLUGINS = ["./tests/plugins/wde-example"]
 
 
 def install(session: nox.Session, *extra: str) -> None:
-    """Install torch (pinned) and the build backends first, then wde and its plugins (the checkout's flit
-    distributions as wheels built in one process, the kernels built against that torch), then ``extra``, all under
-    constraints.txt."""
+    """Install torch (pinned) and the build backends first, then wde and its plugins (the kernels built against that
+    torch), then ``extra``, all under constraints.txt."""
     session.install(*CONSTRAINTS, TORCH, "setuptools>=64", "flit_core")
-    requirements, built = as_wheels(session, list(dict.fromkeys([*PACKAGES, *extra])))  # each once
-    # no build isolation for what is still a directory (tests/plugins/wde-example, setuptools): it builds against
-    # the setuptools above instead of a fresh build environment of its own
-    session.install(*CONSTRAINTS, "--no-build-isolation", *requirements)
-    # forced: pip keeps an installed distribution of the same version, so a reused virtualenv would keep wheels
+    # the checkout's distributions (all flit) build against that flit_core: with build isolation pip made a fresh
+    # build environment for each of the ~22 (about 50 s a session on 2 cores); everything else comes as a wheel
+    session.install(*CONSTRAINTS, "--no-build-isolation", *PACKAGES, *extra)
+    # forced: pip keeps an installed wde-cpu-kernels of the same version, so a reused virtualenv would keep a wheel
     # built from older sources
-    session.install(*CONSTRAINTS, "--force-reinstall", "--no-deps", *built, kernels_wheel(session))
-
-
-def as_wheels(session: nox.Session, requirements: list[str]) -> tuple[list[str], list[str]]:
-    """``requirements`` with each of the checkout's flit directories ("./plugins/wde-bert[default-model]") replaced by
-    the wheel .ci/flit_wheels.py builds for it, extras kept (pip built each directory through two build-backend
-    subprocesses: 58 s a session for the 22 on 2 cores); and those wheels' paths."""
-    flit = {r: r.partition("[")[0] for r in dict.fromkeys(requirements) if is_flit_directory(r.partition("[")[0])}
-    # not session.create_tmp(): it points TMPDIR into the virtualenv, where Ray refuses to start its workers
-    out = str(Path(__file__).parent / ".nox" / "wheels" / f"flit-{session.name}")
-    # run_install: an install step, so `--install-only` builds them too (session.run would skip it there)
-    printed = session.run_install("python", ".ci/flit_wheels.py", out, *flit.values(), silent=True, stderr=None)
-    wheels = dict(zip(flit, [line for line in printed.splitlines() if line.endswith(".whl")], strict=True))
-    extras = {r: r[len(d):] for r, d in flit.items()}
-    return [wheels[r] + extras[r] if r in wheels else r for r in requirements], list(dict.fromkeys(wheels.values()))
-
-
-def is_flit_directory(requirement: str) -> bool:
-    """Whether a requirement is a directory of this checkout built by flit_core."""
-    pyproject = Path(__file__).parent / requirement / "pyproject.toml"
-    return requirement.startswith(".") and pyproject.is_file() and "flit_core.buildapi" in pyproject.read_text()
+    session.install(*CONSTRAINTS, "--force-reinstall", "--no-deps", kernels_wheel(session))
 
 
 def kernels_wheel(session: nox.Session) -> str:
