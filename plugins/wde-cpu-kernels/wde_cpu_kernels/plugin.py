@@ -48,7 +48,7 @@ def wde_quantization(scheme, device, dtype):
     named = str(dtype).replace("torch.", "")
     note = float_rows_note(named)
     if note.startswith("; every batch"):
-        logging.getLogger(__name__).warning("quantization='int8'%s", note[1:])
+        logging.getLogger(__name__).warning("quantization='int8':%s", note[1:])
     return ("wde_cpu_kernels.int8:quantize_model",
             "int8 (wde-cpu-kernels): the transformer blocks' linear layers as oneDNN int8 GEMMs, weights per output "
             "channel, activations per batch (outlier rows in the model dtype), dequantized with bias/activation/residual "
