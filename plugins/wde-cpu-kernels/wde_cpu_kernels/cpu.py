@@ -13,7 +13,7 @@ import os
 import platform
 from pathlib import Path
 
-from wde_core.plugin_api import cpu_flags
+from wde_core.plugin_api import cpu_flags, cpu_vendor
 
 ISA_CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
@@ -44,18 +44,18 @@ def splits_256_bit_vectors() -> bool:
     """Whether the CPU runs each 256-bit AVX2 instruction as two 128-bit halves: AMD's Zen and Zen+ (family 0x17,
     models below 0x30; Zen 2 widened the units), Hygon's Dhyana (family 0x18, a Zen) and AMD's families 0x15-0x16.
     There oneDNN's AVX2 int8 GEMM never caught up with float32 (``int8.float_below_rows``)."""
-    vendor, family, model = cpu_identity()
-    amd = vendor in ("AuthenticAMD", "HygonGenuine")
+    family, model = cpu_family_model()
+    amd = cpu_vendor() in ("AuthenticAMD", "HygonGenuine")
     return amd and (family in (0x15, 0x16, 0x18) or (family == 0x17 and model < 0x30))
 
 
-def cpu_identity() -> tuple[str, int, int]:
-    """The first CPU's ``vendor_id``, ``cpu family`` and ``model`` from /proc/cpuinfo; ``("", 0, 0)`` where unknown."""
+def cpu_family_model() -> tuple[int, int]:
+    """The first CPU's ``cpu family`` and ``model`` numbers from /proc/cpuinfo; ``(0, 0)`` where unknown (the
+    vendor comes from ``wde_core.plugin_api.cpu_vendor``, which the plugin API has; these two it does not)."""
     try:
         first = Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n", 1)[0]
     except OSError:
-        return "", 0, 0
+        return 0, 0
     fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first.splitlines())}
-    number = fields.get("cpu family", ""), fields.get("model", "")
-    family, model = (int(n) if n.isdigit() else 0 for n in number)
-    return fields.get("vendor_id", ""), family, model
+    family, model = (fields.get(name, "") for name in ("cpu family", "model"))
+    return int(family) if family.isdigit() else 0, int(model) if model.isdigit() else 0

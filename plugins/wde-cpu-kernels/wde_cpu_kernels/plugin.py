@@ -40,14 +40,14 @@ def wde_quantization(scheme, device, dtype):
     """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for the ``Linear`` layers of the transformer blocks."""
     if scheme != "int8" or device.type != "cpu":
         return None
-    from wde_cpu_kernels.int8 import float_rows_note, int8_supported
+    from wde_cpu_kernels.int8 import ALWAYS_FLOAT, float_below_rows, float_rows_note, int8_supported
 
     refusal = int8_supported()
     if refusal is not None:
         raise ValueError(f"engine argument quantization='int8': {refusal}")
     named = str(dtype).replace("torch.", "")
     note = float_rows_note(named)
-    if note.startswith("; every batch"):
+    if float_below_rows() >= ALWAYS_FLOAT:
         logging.getLogger(__name__).warning("quantization='int8':%s", note[1:])
     return ("wde_cpu_kernels.int8:quantize_model",
             "int8 (wde-cpu-kernels): the transformer blocks' linear layers as oneDNN int8 GEMMs, weights per output "
