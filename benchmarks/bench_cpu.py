@@ -120,7 +120,7 @@ def int8_surrounding_dtype(choice: str) -> str:
     0.88x OpenVINO static int8)."""
     if choice != "auto":
         return choice
-    from wde_core.plugin_api import cpu_flags
+    from wde_cpu_kernels.cpu import cpu_flags
 
     return "bfloat16" if {"avx512_bf16", "amx_bf16"} & cpu_flags() else "float32"
 

@@ -26,12 +26,13 @@ def gemm_peak_at_shapes(config, dtype: torch.dtype, tokens: int = 4096, reps: in
     every layer through wde-cpu-kernels' int8 kernel as the model runs it (the down projection per token;
     activation quantization included), ``dtype`` around it."""
     from wde_core.plugin_api import Linear
+    from wde_cpu_kernels.cpu import cpu_policy  # the CPU policy an engine's layers are prepacked under
 
     flops, seconds = 0.0, 0.0
     for n_in, n_out in layer_shapes(config):
         act = config.hidden_act if n_out == config.intermediate_size else None
         layer = Linear(n_in, n_out, activation=act).to(dtype).eval().requires_grad_(False)
-        layer.prepack()
+        layer.prepack(cpu_policy())
         if int8:
             from wde_cpu_kernels.int8 import Int8Kernel, PerTokenInt8Kernel, per_token
 

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from conftest import cosines, minilm_path, proc_cpuinfo_flags
-from wde_core import Engine, plugin_api
+from wde_core import Engine
 from wde_core.cli.main import cli
-
-
-def test_the_plugin_api_reads_the_cpus_flags():
-    assert plugin_api.cpu_flags() == frozenset(proc_cpuinfo_flags())
-    if Path("/proc/cpuinfo").exists() and platform.machine() == "x86_64":
-        assert {"fpu", "sse2"} <= plugin_api.cpu_flags()  # every x86-64 CPU lists them
 
 
 def test_inspect_says_what_bfloat16_would_give_on_this_cpu(isolated_host):

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from wde_core.modeling.layers import LayerNorm, Linear, onednn_takes
+from wde_core.modeling.layers import LayerNorm, Linear
+from wde_core.plugin_api import CpuPolicy
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"])
@@ -45,13 +48,15 @@ def test_non_cpu_shapes_fall_back_to_plain_torch():
 
 
 @pytest.mark.parametrize("dtype,widen", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
-def test_prepacked_weights_match_plain_torch(dtype, widen, monkeypatch):
+def test_prepacked_weights_match_plain_torch(dtype, widen):
     """Two layers (gelu, then a residual add) before and after prepack against F.linear / F.gelu in float32 on
     the same (dtype-rounded) weights, with and without the residual: every packed path (the fused epilogue, the
     fused residual add, the bare packed product, one row through the weights laid out for a batch) is checked
     against an independent computation; bf16 both through oneDNN's bf16 product and as float32 GEMMs on the widened
-    weight (``widens_bf16_gemms``, forced either way here: which one a CPU takes is its own test)."""
-    monkeypatch.setattr("wde_core.modeling.layers.widens_bf16_gemms", lambda: widen)
+    weight (``CpuPolicy.widens_bf16_gemms``, forced either way here: which one a CPU takes is wde-cpu-kernels' test)."""
+    from wde_cpu_kernels.cpu import cpu_policy
+
+    policy = replace(cpu_policy(), widens_bf16_gemms=widen)
     torch.manual_seed(1)
     first, second = Linear(32, 48, activation="gelu").to(dtype), Linear(48, 32).to(dtype)
     x = torch.randn(20, 32, dtype=dtype)
@@ -62,9 +67,9 @@ def test_prepacked_weights_match_plain_torch(dtype, widen, monkeypatch):
     atol, rtol = (1e-5, 0.0) if dtype == torch.float32 else (4e-3, 2**-7)
     with torch.inference_mode():
         outputs = {"plain": second(first(x)), "plain+residual": second(first(x), residual=x)}
-        packs = dtype == torch.float32 or widen or onednn_takes(torch.bfloat16)  # no oneDNN bf16 on AVX2 CPUs
+        packs = dtype == torch.float32 or widen or policy.onednn_takes(torch.bfloat16)  # no oneDNN bf16 on AVX2
         for layer in (first, second):
-            layer.prepack()
+            layer.prepack(policy)
             assert (layer.packed_weight is not None) == packs and layer.widened == widen
             assert not packs or (layer.packed_weight.is_mkldnn
                                  and layer.packed_weight.dtype == (torch.float32 if widen else dtype))
@@ -77,48 +82,21 @@ def test_prepacked_weights_match_plain_torch(dtype, widen, monkeypatch):
         torch.testing.assert_close(got.float(), want, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name} {dtype}: {m}")
 
 
-def test_bf16_gemms_are_widened_exactly_on_x86_cpus_whose_bf16_products_are_slow():
-    """The rule read independently off /proc/cpuinfo: widened without AMX-BF16 where the CPU has no AVX512-BF16 or is
-    Intel's; and a bf16 layer prepacked here takes the path the rule gives."""
-    import platform
-
-    from conftest import proc_cpuinfo, proc_cpuinfo_flags
-    from wde_core.plugin_api import cpu_vendor, widens_bf16_gemms
-
-    flags, vendor = proc_cpuinfo_flags(), proc_cpuinfo().get("vendor_id", "")
-    assert cpu_vendor() == vendor
-    x86 = platform.machine() in ("x86_64", "AMD64")
-    assert widens_bf16_gemms() == (x86 and "amx_bf16" not in flags and ("avx512_bf16" not in flags
-                                                                         or vendor == "GenuineIntel"))
-    layer = Linear(16, 16).to(torch.bfloat16)
-    layer.prepack()
-    assert layer.widened == (widens_bf16_gemms() and torch.backends.mkldnn.is_available())
-
-
-def test_onednn_takes_bf16_only_where_the_cpu_has_avx512_core():
-    """oneDNN's bf16 linear needs AVX512BW/VL/DQ (or AMX / AVX-NE-CONVERT) on x86: read off /proc/cpuinfo here, and on
-    an AVX2-only CPU (AMD Zen 3) an unprepacked and a prepacked bf16 layer still run, by torch's path or widened."""
-    import platform
-
-    from wde_core.plugin_api import cpu_flags
-
-    flags = cpu_flags()
-    if platform.machine() not in ("x86_64", "AMD64") or not flags:
-        pytest.skip("reads x86 flags from /proc/cpuinfo (hardware)")
-    assert onednn_takes(torch.float32)
-    if {"avx512bw", "avx512vl", "avx512dq"} <= flags:
-        assert onednn_takes(torch.bfloat16)
-    elif not flags & {"amx_bf16", "avx_ne_convert"}:
-        assert not onednn_takes(torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_default_cpu_policy_packs_float32_alone(dtype):
+    """With no plugin's CPU policy (``CpuPolicy()``) float32 goes through oneDNN and bf16 through torch's own path,
+    packed or not, both against F.linear in float32 on the same weights."""
     torch.manual_seed(2)
-    layer, x = Linear(16, 8, activation="gelu").bfloat16(), torch.randn(4, 16).bfloat16()
+    layer, x = Linear(16, 8, activation="gelu").to(dtype), torch.randn(4, 16).to(dtype)
     want = F.gelu(F.linear(x.float(), layer.weight.float(), layer.bias.float()))
     with torch.inference_mode():
         plain = layer(x)
-        layer.prepack()
+        layer.prepack(CpuPolicy())
         packed = layer(x)
+    assert (layer.packed_weight is not None) == (dtype == torch.float32 and torch.backends.mkldnn.is_available())
+    assert not layer.widened and CpuPolicy().onednn_dtypes == ("float32",) and CpuPolicy().bf16_note == ""
     for got in (plain, packed):
-        torch.testing.assert_close(got.float(), want, atol=4e-3, rtol=2**-7)
+        torch.testing.assert_close(got.float(), want, atol=1e-5 if dtype == torch.float32 else 4e-3, rtol=2**-7)
 
 
 def test_layer_norm_is_torch_s_until_a_kernel_takes_its_rows():

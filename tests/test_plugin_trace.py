@@ -70,7 +70,7 @@ def test_trace_plugins_prints_every_hook_call_with_its_plugin_and_time():
     task_plugins = [m.group(3) for m in by_hook["wde_register_tasks"]]  # one plugin per call (wde-clip's too)
     assert "wde-core" in task_plugins and all("," not in name for name in task_plugins), task_plugins
     assert "wde-bert" in {m.group(3) for m in by_hook["wde_register_architectures"]}
-    assert set(REGISTRATION_HOOKS) | {"wde_register_commands", "wde_get_default_model",
+    assert set(REGISTRATION_HOOKS) | {"wde_register_commands", "wde_get_default_model", "wde_get_cpu_policy",
                                       "wde_select_attention_backend", "wde_on_pipeline_assembled"} <= set(by_hook)
     default = by_hook["wde_get_default_model"][0]
     assert (default.group(3), default.group(4)) == ("wde-bert", "'sentence-transformers/all-MiniLM-L6-v2'")

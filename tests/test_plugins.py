@@ -475,7 +475,7 @@ def halve_every_linear(model) -> None:
     model.halved = True
 
 
-HALVING = in_process(wde_quantization=lambda scheme, device, dtype: (
+HALVING = in_process(wde_select_quantization=lambda scheme, device, dtype: (
     "test_plugins:halve_every_linear", f"halved for the test ({scheme} on {device.type})") if scheme == "int8"
     else None)
 
@@ -489,10 +489,28 @@ def test_a_quantization_plugin_answers_and_its_function_converts_the_loaded_mode
     assert engine.executor.worker.model.halved
     plain = Engine(str(tiny_bert_dir))
     assert not np.allclose(engine.encode("a halved model"), plain.encode("a halved model"), atol=1e-3)
-    assert host.hook.wde_quantization(scheme="int8", device=torch.device("cuda"), dtype=torch.float16) == (
+    assert host.hook.wde_select_quantization(scheme="int8", device=torch.device("cuda"), dtype=torch.float16) == (
         "test_plugins:halve_every_linear", "halved for the test (int8 on cuda)")
     monkeypatch.setenv("WDE_PLUGINS", "wde-bert")  # wde-cpu-kernels (and the test plugin) left out
     register_plugin()
     with pytest.raises(ValueError, match=r"quantization='int8': no installed plugin provides it on cpu with "
                                          r"float32 \(wde-cpu-kernels provides 'int8' on CPU\)"):
         Engine(str(tiny_bert_dir), quantization="int8")
+
+
+def test_the_cpu_policy_comes_from_one_hook_and_defaults_to_reading_no_cpu(register_plugin, tiny_bert_dir,
+                                                                           monkeypatch):
+    """A plugin's ``wde_get_cpu_policy`` answer reaches the dtype's reason and every ``Linear.prepack``; with no plugin
+    answering (wde-cpu-kernels left out) the pipeline holds ``CpuPolicy()``: no note, bf16 weights left unpacked."""
+    from wde_core.plugin_api import CpuPolicy, Linear
+
+    told = CpuPolicy(bf16_note="; told by the test", onednn_dtypes=("float32",))
+    register_plugin(("policy", in_process(wde_get_cpu_policy=lambda: told)))  # registered last, asked first
+    engine = Engine(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
+    assert engine.pipeline.cpu is told and engine.pipeline.reasons["dtype"] == "engine argument dtype; told by the test"
+    layers = [m for m in engine.executor.worker.model.modules() if isinstance(m, Linear)]
+    assert layers and all(layer.packed_weight is None for layer in layers)  # bf16 is not among its oneDNN dtypes
+    monkeypatch.setenv("WDE_PLUGINS", "wde-bert")
+    register_plugin()
+    default = assemble_pipeline(str(tiny_bert_dir), device="cpu", dtype="bfloat16")
+    assert default.cpu == CpuPolicy() and default.reasons["dtype"] == "engine argument dtype"

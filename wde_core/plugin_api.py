@@ -10,7 +10,7 @@ from wde_core.plugins.lazy import lazy_exports
 
 _MODULES = {
     "wde_core.plugins.hookspecs": ("hookimpl",),
-    "wde_core.plugins.entries": ("Workflow", "ArchitectureLink", "Task", "LINK_DEFAULT_KEYS"),
+    "wde_core.plugins.entries": ("Workflow", "ArchitectureLink", "Task", "LINK_DEFAULT_KEYS", "CpuPolicy"),
     "wde_core.builtin": ("EMBED_WORKFLOW",),
     "wde_core.assembly.engine_args": ("EngineArgs", "child_engine_args", "POOLINGS"),
     "wde_core.assembly.settings": ("ModelSettings", "Proposals", "Extras"),
@@ -28,7 +28,7 @@ _MODULES = {
     "wde_core.runtime.outputs": ("finish_vectors", "collect_embeddings"),
     "wde_core.attention.base": ("AttentionMetadata", "SharedKeys", "aligned_mask", "expand_kv_heads"),
     "wde_core.attention.sdpa": ("SdpaAttention", "SdpaMetadata"),
-    "wde_core.modeling.layers": ("LayerNorm", "Linear", "RMSNorm", "onednn_takes"),
+    "wde_core.modeling.layers": ("LayerNorm", "Linear", "RMSNorm"),
     "wde_core.modeling.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),
     "wde_core.modeling.parallel": ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "TensorParallel",
                           "tensor_parallel", "set_tensor_parallel"),
@@ -36,7 +36,7 @@ _MODULES = {
     "wde_core.stages.weights": ("WeightsError",),
     "wde_core.cli.main": ("parse_engine_args", "emit_json", "engine_arg_option", "engine_error"),
     "wde_core.runtime.engine": ("Engine",),
-    "wde_core.assembly.pipeline": ("assemble_pipeline", "cpu_flags", "cpu_vendor", "widens_bf16_gemms"),
+    "wde_core.assembly.pipeline": ("assemble_pipeline",),
     "wde_core.runtime.async_engine": ("AsyncEngine",),
     "wde_core.plugins.host": ("get_plugin_host", "PluginHost", "reset_plugin_host"),
 }

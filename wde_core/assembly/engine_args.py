@@ -9,7 +9,7 @@ from typing import Any, Mapping
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 POOLINGS = ("cls", "mean", "last", "max")  # the pooling names: engine argument, 1_Pooling files, poolers
 LONG_INPUTS = ("truncate", "error", "chunk")
-QUANTIZATIONS = ("int8",)  # provided by a plugin's wde_quantization hook (wde-cpu-kernels: int8 on CPU)
+QUANTIZATIONS = ("int8",)  # provided by a plugin's wde_select_quantization hook (wde-cpu-kernels: int8 on CPU)
 
 
 @dataclass
@@ -18,7 +18,7 @@ class EngineArgs:
 
     The token budget defaults to 4,096 on CPU and 16,384 on CUDA (at least ``max_model_len``); ``long_inputs``
     is what a call with ``truncate=None`` does with an over-long input: ``truncate``, ``error`` or ``chunk``;
-    ``quantization="int8"`` quantizes the linear layers as the plugin answering ``wde_quantization`` does."""
+    ``quantization="int8"`` quantizes the linear layers as the plugin answering ``wde_select_quantization`` does."""
 
     model: str | None = None
     revision: str | None = None

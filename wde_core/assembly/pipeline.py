@@ -4,9 +4,7 @@ The one place that decides; ``Engine`` builds from its result, ``wde inspect`` p
 
 from __future__ import annotations
 
-import functools
 import os
-import platform
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +12,7 @@ import torch
 
 from wde_core.assembly.model_files import ModelDirectory, open_model_directory
 from wde_core.plugins.host import ALLOWLIST_ENV, PluginHost, get_plugin_host, plugin_hints
-from wde_core.plugins.entries import STAGES, ArchitectureLink, Component, Workflow
+from wde_core.plugins.entries import STAGES, ArchitectureLink, Component, CpuPolicy, Workflow
 from wde_core.assembly.settings import ModelSettings, decide_model_settings
 
 ATTENTION_ENV = "WDE_ATTENTION_BACKEND"
@@ -42,7 +40,8 @@ class Pipeline:
     settings: ModelSettings
     reasons: dict[str, str]
     host: PluginHost
-    quantize: str | None = None  # import path of the function quantizing the loaded model (wde_quantization)
+    quantize: str | None = None  # import path of the function quantizing the loaded model (wde_select_quantization)
+    cpu: CpuPolicy = field(default_factory=CpuPolicy)  # the wde_get_cpu_policy hook's answer on CPU
     _tokenizer: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -83,12 +82,12 @@ def assemble_pipeline(model: str | None = None, *, host: PluginHost | None = Non
     workflow = host.registry.workflows[link.workflow]
     args_cls = host.component("engine_args", workflow.engine_args, needed_by=workflow.name).load()
     args = args_cls.from_kwargs({**engine_args, "model": model}, workflow=workflow.name)
-    device, dtype = _device_and_dtype(args, reasons)
+    device, dtype, cpu = _device_and_dtype(args, host, reasons)
     settings = decide_model_settings(directory, link, args, reasons)
     _set_token_budget(args, device, settings.max_model_len, reasons)
-    components = _components(workflow, args, device, dtype, settings.causal, host, reasons)
+    components = _components(workflow, link, args, device, dtype, settings.causal, host, reasons)
     pipeline = Pipeline(directory, link, workflow, components, args, device, dtype, settings, reasons, host,
-                        _quantization(args, device, dtype, host, reasons))
+                        _quantization(args, device, dtype, host, reasons), cpu)
     check = getattr(components["executor"].load(), "check_pipeline", None)
     if check is not None:  # an executor may refuse a pipeline (and give reasons) before anything loads
         check(pipeline)
@@ -99,7 +98,7 @@ def _quantization(args, device: torch.device, dtype: torch.dtype, host: PluginHo
     """The import path of the plugin function that quantizes the model, when ``args.quantization`` asks for it."""
     if args.quantization is None:
         return None
-    answer = host.hook.wde_quantization(scheme=args.quantization, device=device, dtype=dtype)
+    answer = host.hook.wde_select_quantization(scheme=args.quantization, device=device, dtype=dtype)
     if answer is None:
         raise ValueError(f"engine argument quantization={args.quantization!r}: no installed plugin provides it on "
                          f"{device.type} with {str(dtype).replace('torch.', '')} (wde-cpu-kernels provides 'int8' "
@@ -189,69 +188,21 @@ def _no_workflow_message(model: str, archs: list[str], task: str | None, host: P
     return message
 
 
-def _device_and_dtype(args, reasons: dict[str, str]) -> tuple[torch.device, torch.dtype]:
+def _device_and_dtype(args, host: PluginHost, reasons) -> tuple[torch.device, torch.dtype, CpuPolicy]:
+    """The device, the dtype and, on CPU, the ``wde_get_cpu_policy`` hook's answer (its bf16 note in the reason)."""
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         reasons["device"] = f"auto: {'a CUDA device is available' if device.type == 'cuda' else 'no CUDA device'}"
     else:
         device, reasons["device"] = torch.device(args.device), "engine argument device"
+    cpu = (host.hook.wde_get_cpu_policy() if device.type == "cpu" else None) or CpuPolicy()
     if args.dtype == "auto":
         dtype = torch.float16 if device.type == "cuda" else torch.float32
-        reasons["dtype"] = f"auto: {str(dtype).replace('torch.', '')} on {device.type}" + (
-            cpu_bf16_note() if device.type == "cpu" else "")
+        reasons["dtype"] = f"auto: {str(dtype).replace('torch.', '')} on {device.type}{cpu.bf16_note}"
     else:
         dtype, reasons["dtype"] = _DTYPES[args.dtype], "engine argument dtype"
-        if dtype == torch.bfloat16 and device.type == "cpu":
-            reasons["dtype"] += cpu_bf16_note()
-    return device, dtype
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (``avx512_bf16``, ``amx_int8``, ...); empty
-    where that file cannot be read."""
-    return frozenset(_cpuinfo_field("flags").split())
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_vendor() -> str:
-    """The CPU's vendor as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``); empty where unknown."""
-    return _cpuinfo_field("vendor_id").strip()
-
-
-def _cpuinfo_field(name: str) -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1] for line in f if line.split(":", 1)[0].strip() == name), "")
-    except OSError:
-        return ""
-
-
-def cpu_bf16_note() -> str:
-    """What ``dtype="bfloat16"`` gives on this CPU, from its flags (AMX-BF16, AVX512-BF16, or emulated without)."""
-    flags = cpu_flags()
-    amx = "amx_bf16" in flags or bool(getattr(torch._C._cpu, "_init_amx", lambda: False)())
-    if amx:
-        return ("; this CPU has AMX-BF16: dtype='bfloat16' runs the linear layers on AMX, about 2x the float32 "
-                "tokens/s on all-MiniLM-L6-v2 (min cosine 0.9999 vs float32)")
-    if not widens_bf16_gemms():
-        return ("; this CPU has AVX512-BF16: dtype='bfloat16' gave 1.8x the float32 tokens/s on "
-                "all-MiniLM-L6-v2 (min cosine 0.9999 vs float32)")
-    has = "AVX512-BF16 on Intel cores (vdpbf16ps at half their FMAs' rate)" if "avx512_bf16" in flags else \
-        "neither AMX-BF16 nor AVX512-BF16 (bf16 arithmetic emulated)"
-    return (f"; this CPU has {has}: dtype='bfloat16' runs the linear layers as float32 GEMMs on widened weights "
-            "(exact bf16 products, float32 sums), about float32's speed: bf16 saves memory here, not time")
-
-
-@functools.lru_cache(maxsize=1)
-def widens_bf16_gemms() -> bool:
-    """Whether bf16 linear layers run as float32 GEMMs on widened weights here (``Linear.prepack``): on x86 CPUs
-    without AMX-BF16 that lack AVX512-BF16 (oneDNN's bf16 GEMMs 0.2x float32's, emulated) or are Intel's (whose cores
-    issue ``vdpbf16ps`` one every two cycles: 0.6x float32's, a Xeon family 6 model 207). Products of bf16 values
-    are exact in float32, so the result is a bf16 GEMM with float32 sums, as oneDNN's."""
-    flags = cpu_flags()
-    if platform.machine() not in ("x86_64", "AMD64") or "amx_bf16" in flags:
-        return False
-    return "avx512_bf16" not in flags or cpu_vendor() == "GenuineIntel"
+        reasons["dtype"] += cpu.bf16_note if dtype == torch.bfloat16 else ""
+    return device, dtype, cpu
 
 
 def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[str, str]) -> None:
@@ -266,12 +217,16 @@ def _set_token_budget(args, device: torch.device, max_len: int, reasons: dict[st
                          f"max_model_len={max_len}: a full-length input could never be scheduled")
 
 
-def _components(workflow: Workflow, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:
+def _components(workflow: Workflow, link, args, device, dtype, causal, host: PluginHost, reasons) -> dict[str, Component]:
     chosen = workflow.stages()
     if args.executor is not None:
         chosen["executor"] = args.executor
         reasons["executor"] = "engine argument executor"
     chosen["attention_backend"] = _attention_backend_name(workflow, args, device, dtype, causal, host, reasons)
+    if link.position_bias:
+        forced = args.attention_backend or os.environ.get(ATTENTION_ENV) or workflow.attention_backend
+        chosen["attention_backend"] = _backend_with_position_bias(chosen["attention_backend"], bool(forced), link,
+                                                                   host, reasons)
     return {stage: host.component(stage, chosen[stage], needed_by=reasons.get(stage, f"workflow {workflow.name!r}"))
             for stage in STAGES}
 
@@ -288,3 +243,14 @@ def _attention_backend_name(workflow, args, device, dtype, causal, host: PluginH
         raise TypeError(f"wde_select_attention_backend returned {answer!r}; expected (backend_name, reason)")
     reasons["attention_backend"] = answer[1]
     return answer[0]
+
+
+def _backend_with_position_bias(name: str, forced: bool, link: ArchitectureLink, host: PluginHost, reasons) -> str:
+    """``name`` if it adds position biases; else torch_sdpa when it was picked automatically, an error when forced."""
+    if getattr(host.component("attention_backend", name).load(), "supports_position_bias", False):
+        return name
+    if forced:
+        raise ValueError(f"attention backend {name!r} ({reasons['attention_backend']}) takes no position bias, which "
+                         f"{link.architecture} ({link.provider}) adds to its attention scores: use torch_sdpa or eager")
+    reasons["attention_backend"] += f"; {name} takes no position bias ({link.architecture}): torch_sdpa"
+    return "torch_sdpa"

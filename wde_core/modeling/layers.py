@@ -4,14 +4,12 @@ plugin may take over; RMSNorm."""
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
 
-from wde_core.assembly.pipeline import widens_bf16_gemms
+from wde_core.plugins.entries import CpuPolicy
 
 # HF activation name -> (oneDNN post-op, algorithm)
 _EPILOGUES = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh"),
@@ -19,16 +17,6 @@ _EPILOGUES = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pyto
 _POINTWISE = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 _REORDER = getattr(getattr(torch.ops, "mkldnn", None), "_reorder_linear_weight", None)
 PREPACK_ROWS = 4096  # the batch size oneDNN lays the weight out for (the layout serves every size, 1 row included)
-_FUSED_DTYPES = (torch.float32, torch.bfloat16)
-
-
-@functools.lru_cache(maxsize=None)
-def onednn_takes(dtype: torch.dtype) -> bool:
-    """Whether oneDNN's CPU linear runs ``dtype`` here: float32 wherever torch has oneDNN, bfloat16 only where oneDNN
-    has bf16 kernels for this CPU (none on an AVX2-only CPU such as AMD Zen 3, where it refuses to build the product)."""
-    if dtype == torch.bfloat16:
-        return bool(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)())
-    return dtype in _FUSED_DTYPES
 
 
 def _cpu_rows(x: torch.Tensor) -> bool:
@@ -36,15 +24,11 @@ def _cpu_rows(x: torch.Tensor) -> bool:
     return _POINTWISE is not None and x.device.type == "cpu" and x.dim() == 2 and torch.backends.mkldnn.is_available()
 
 
-def _can_fuse(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return _cpu_rows(x) and weight.dtype == x.dtype and onednn_takes(x.dtype)
-
-
 class Linear(nn.Linear):
     """``nn.Linear`` with an optional activation (an HF ``hidden_act`` name) and residual add:
     ``forward(x, residual=None)`` is ``act(x @ W.T + b) + residual``, fused into the matrix product on CPU.
     Call :meth:`prepack` after the weights are loaded (and again if they change device or dtype). A quantizer
-    (the ``wde_quantization`` hook's) may set ``kernel``: a callable ``(x, residual)`` that then does the work."""
+    (``wde_select_quantization``'s) may set ``kernel``: a callable ``(x, residual)`` that then does the work."""
 
     kernel = None
 
@@ -55,22 +39,22 @@ class Linear(nn.Linear):
         self.epilogue = _EPILOGUES.get(activation) if activation else None
         self.packed_weight: torch.Tensor | None = None
         self.wide_bias: torch.Tensor | None = None
-        self.widened = False  # a bf16 weight prepacked as float32 (``widens_bf16_gemms``)
+        self.widened = False  # a bf16 weight prepacked as float32 (``CpuPolicy.widens_bf16_gemms``)
 
-    def prepack(self) -> None:
+    def prepack(self, cpu: CpuPolicy | None = None) -> None:
         """Keep a copy of the weight in the blocked layout oneDNN's matrix product reads, for the CPU path, so
         that no call reorders it (bf16 bge-base shape 1.12x end to end over a plain oneDNN copy, which was itself
         13% faster in fp32 and 35% in bf16 than the strided weight); the worker calls it once the weights are final.
-        A bf16 weight is widened to float32 where ``widens_bf16_gemms()`` (a bge-base shape 1.47x on an Intel Xeon
+        ``cpu`` is the pipeline's :class:`CpuPolicy` (the ``wde_get_cpu_policy`` hook's; by default float32 alone).
+        A bf16 weight is widened to float32 where ``cpu.widens_bf16_gemms`` (a bge-base shape 1.47x on an Intel Xeon
         without AMX: oneDNN's bf16 GEMMs ran at 173 GFLOP/s there, float32's at 288; on an AVX2-only CPU oneDNN has no
-        bf16 product at all). A weight oneDNN cannot take (``onednn_takes``) is not packed: torch's own path runs it."""
+        bf16 product at all). A weight oneDNN cannot take (``cpu.onednn_takes``) is not packed: torch's path runs it."""
+        cpu = cpu or CpuPolicy()
         self.packed_weight, self.wide_bias, self.widened = None, None, False
         weight = self.weight.detach()
-        if not _cpu_rows(weight):
-            return
-        if weight.dtype == torch.bfloat16 and (self.act is None or self.epilogue) and widens_bf16_gemms():
+        if weight.dtype == torch.bfloat16 and (self.act is None or self.epilogue) and cpu.widens_bf16_gemms:
             weight = weight.float()
-        if not _can_fuse(weight, weight):
+        if not (_cpu_rows(weight) and cpu.onednn_takes(weight.dtype)):
             return
         self.widened = weight.dtype != self.weight.dtype
         if self.widened:
@@ -87,7 +71,7 @@ class Linear(nn.Linear):
         if self.widened and x.dtype == torch.bfloat16 and _cpu_rows(x):  # through the widened float32 weight
             return self.fused(x.float(), self.packed_weight, self.wide_bias,
                               residual if residual is None else residual.float()).to(x.dtype)
-        fuse = _can_fuse(x, self.weight)
+        fuse = self.fuses(x)
         weight = self.packed_weight if fuse and self.packed_weight is not None else self.weight
         if self.act is None and residual is None and weight is self.weight:
             return F.linear(x, self.weight, self.bias)
@@ -95,6 +79,12 @@ class Linear(nn.Linear):
             return self.fused(x, weight, self.bias, residual)
         y = F.linear(x, self.weight, self.bias) if self.act is None else self.act(F.linear(x, self.weight, self.bias))
         return y if residual is None else y + residual
+
+    def fuses(self, x: torch.Tensor) -> bool:
+        """Whether ``x`` goes through oneDNN: CPU rows in the weight's dtype, packed (the CPU policy took the dtype) or
+        in float32."""
+        return _cpu_rows(x) and x.dtype == self.weight.dtype and (
+            self.packed_weight is not None or x.dtype == torch.float32)
 
     def fused(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
               residual: torch.Tensor | None) -> torch.Tensor:
@@ -112,7 +102,7 @@ class Linear(nn.Linear):
 
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (same parameters and checkpoint names) whose work a plugin may take over, as ``Linear``'s: a
-    quantizer (the ``wde_quantization`` hook's function) may set ``kernel``, a callable ``(rows, weight, bias, eps)``
+    quantizer (the ``wde_select_quantization`` hook's function) may set ``kernel``, a callable ``(rows, weight, bias, eps)``
     over the 2-D rows ``[N, size]`` returning them normalized in their dtype (wde-cpu-kernels sets its compiled one)."""
 
     kernel = None

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wde_core.modeling.layers import _POINTWISE, Linear, _can_fuse
+from wde_core.modeling.layers import _POINTWISE, Linear
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class RowParallelLinear(Linear):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.tp.size == 1 or self.tp.rank == 0:
             y = super().forward(x, residual)
-        elif self.packed_weight is not None and _can_fuse(x, self.weight):
+        elif self.packed_weight is not None and self.fuses(x):
             y = _POINTWISE(x.to(self.packed_weight.dtype), self.packed_weight, None, "none", [], "").to(x.dtype)
         else:
             y = F.linear(x, self.weight)

@@ -67,7 +67,9 @@ class ArchitectureLink:
     ``defaults``: what the model family implies where the directory is silent (``LINK_DEFAULT_KEYS``).
     ``matches`` (with a ``variant`` name): ``function(directory)`` returns why the link applies, else it
     does not; a matching variant wins over the plain link. ``configure``: ``function(propose, directory,
-    args)``, called before the core decides the model settings to propose candidates (``Proposals``)."""
+    args)``, called before the core decides the model settings to propose candidates (``Proposals``).
+    ``position_bias``: the model passes a ``PositionBias`` to its attention backend, so only backends with
+    ``supports_position_bias`` serve it (a forced other one is refused by name)."""
 
     architecture: str
     task: str
@@ -79,6 +81,7 @@ class ArchitectureLink:
     matches: str | None = None
     configure: str | None = None
     provider: str = ""
+    position_bias: bool = False
 
     @property
     def targets(self) -> list[str]:
@@ -128,6 +131,20 @@ class Task:
     def link_tasks(self) -> tuple[str, ...]:
         """The link tasks whose models serve this task."""
         return self.served_by or (self.name,)
+
+
+@dataclass(frozen=True)
+class CpuPolicy:
+    """What the CPU under an engine means for the core's layers, as the ``wde_get_cpu_policy`` hook answers; the
+    default reads no CPU: float32 through oneDNN, bf16 by torch's own path, no dtype note."""
+
+    bf16_note: str = ""  # appended to the dtype's reason (``wde inspect``) for bfloat16 on CPU
+    widens_bf16_gemms: bool = False  # ``Linear.prepack`` runs bf16 layers as float32 GEMMs on widened weights
+    onednn_dtypes: tuple[str, ...] = ("float32",)  # the dtypes oneDNN's CPU linear runs here
+
+    def onednn_takes(self, dtype) -> bool:
+        """Whether oneDNN's CPU linear runs ``dtype`` (a ``torch.dtype``) here."""
+        return str(dtype).replace("torch.", "") in self.onednn_dtypes
 
 
 def import_target(target: str) -> Any:

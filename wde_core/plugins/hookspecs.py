@@ -57,7 +57,7 @@ def wde_register_workers(register):
 
 @hookspec
 def wde_register_output_processors(register):
-    """Register output processors: pool hidden states on the device and shape user results."""
+    """Register output processors: turn the worker's pooled outputs into user results (pooling runs in the worker)."""
 
 
 @hookspec
@@ -100,10 +100,16 @@ def wde_select_attention_backend(device, dtype, causal):
 
 
 @hookspec(firstresult=True)
-def wde_quantization(scheme, device, dtype):
+def wde_select_quantization(scheme, device, dtype):
     """Return ``(quantize, reason)`` for the ``quantization`` engine argument ``scheme`` (``"int8"``) on a
     ``torch.device``/``torch.dtype``, or ``None``: ``quantize`` is the import path of a function that converts a
     loaded model in place (after its weights and ``prepack()``); ``reason`` is what ``wde inspect`` shows."""
+
+
+@hookspec(firstresult=True)
+def wde_get_cpu_policy():
+    """Return a :class:`wde_core.plugin_api.CpuPolicy` for this CPU (bf16 note, widened bf16 GEMMs, the dtypes
+    oneDNN's linear runs), or ``None``; asked once per CPU pipeline, the default ``CpuPolicy()`` reads no CPU."""
 
 
 # --- command line and notifications -----------------------------------------------------------

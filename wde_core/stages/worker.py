@@ -25,7 +25,7 @@ class ModelWorker:
 
     def load_model(self) -> None:
         """Build the model class without allocating random weights, load the checkpoint, then call
-        the model's optional ``after_load_weights()``, every submodule's ``prepack()`` and the quantizer."""
+        the model's optional ``after_load_weights()``, every submodule's ``prepack(cpu_policy)`` and the quantizer."""
         p = self.pipeline
         model_cls = import_target(p.link.model)
         checkpoint_files(p.model.path)  # no weights: say so before allocating the model
@@ -38,8 +38,8 @@ class ModelWorker:
             model.after_load_weights()  # e.g. compute buffers, which meta construction left empty
         for module in model.modules():
             if callable(getattr(module, "prepack", None)):
-                module.prepack()  # e.g. wde_core.modeling.layers.Linear: oneDNN-blocked weights on CPU
-        if p.quantize:  # the wde_quantization hook's function (quantization="int8")
+                module.prepack(p.cpu)  # e.g. Linear: oneDNN-blocked weights on CPU, as the CPU policy says
+        if p.quantize:  # the wde_select_quantization hook's function (quantization="int8")
             import_target(p.quantize)(model)
         self.model = model.eval().requires_grad_(False)
         self.pooler = Pooler(p.settings, self.model, load_dense_modules(p.model.st.dense, self.device))

@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from wde_core.plugin_api import Linear, onednn_takes
+from wde_core.plugin_api import Linear
 from wde_cpu_kernels import int8
+from wde_cpu_kernels.cpu import onednn_takes
 from wde_cpu_kernels.attention import varlen_kernel
 from wde_cpu_kernels.torch_quantizer import TorchQuantizer
 

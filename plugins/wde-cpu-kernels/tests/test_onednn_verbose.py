@@ -75,7 +75,7 @@ def test_batches_of_nearby_sizes_reuse_onednns_primitives():
     batches = run.stdout.split("BATCH")[:3]
     misses = [[line for line in batch.splitlines() if "create:cache_miss" in line and ("matmul" in line or
                "inner_product" in line)] for batch in batches]
-    from wde_core.plugin_api import onednn_takes
+    from wde_cpu_kernels.cpu import onednn_takes
 
     # QKV's and the down projection's int8 matmuls, the outliers' bf16 one (torch's own bf16 product where oneDNN has
     # no bf16 on this CPU: AVX2 only)

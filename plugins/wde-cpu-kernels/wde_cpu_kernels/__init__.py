@@ -1,1 +1,2 @@
-"""wde-cpu-kernels: ``cpu_varlen``, wde's AVX-512 varlen attention kernel for CPU inference."""
+"""wde-cpu-kernels: ``cpu_varlen``, wde's varlen attention kernel for CPU inference (AVX-512, or AVX2 where the CPU
+has no AVX-512), int8 linear layers, and the core's CPU policy."""

@@ -32,9 +32,9 @@ import sys
 
 import torch
 
-from wde_core.plugin_api import LayerNorm, Linear, cpu_flags, onednn_takes
+from wde_core.plugin_api import LayerNorm, Linear
 
-from wde_cpu_kernels.cpu import amx_allowed, int8_dot_product, splits_256_bit_vectors
+from wde_cpu_kernels.cpu import amx_allowed, cpu_flags, int8_dot_product, onednn_takes, splits_256_bit_vectors
 from wde_cpu_kernels.torch_quantizer import QMAX, ZERO_POINT, TorchQuantizer
 
 OUTLIER_FACTOR = 2.0  # rows over twice the median row's largest magnitude run in the model's dtype
@@ -135,7 +135,7 @@ def in_a_block(name: str) -> bool:
 
 
 def quantize_model(model: torch.nn.Module) -> dict[str, list[str]]:
-    """Quantize the ``Linear`` layers of ``model``'s transformer blocks in place (the ``wde_quantization`` hook's
+    """Quantize the ``Linear`` layers of ``model``'s transformer blocks in place (the ``wde_select_quantization`` hook's
     function); returns the names of the layers quantized per batch and per token, and of those kept in the model's
     dtype: the heads outside the blocks, which run on one row per sequence (a cross-encoder's pooler and classifier
     in int8 took its Spearman against float32 from 0.994 to 0.990 and saved no time); and of the ``LayerNorm`` layers

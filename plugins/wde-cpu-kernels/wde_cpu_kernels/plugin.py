@@ -1,5 +1,6 @@
 """Registers the ``cpu_varlen`` attention backend and picks it on CPU where it serves the dtype; provides
-``quantization="int8"`` on CPU (``wde_cpu_kernels.int8``); tunes glibc's malloc for CPU batches (``wde_cpu_kernels.memory``)."""
+``quantization="int8"`` on CPU (``wde_cpu_kernels.int8``); answers the core's CPU policy (``wde_cpu_kernels.cpu``);
+tunes glibc's malloc for CPU batches (``wde_cpu_kernels.memory``)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def wde_select_attention_backend(device, dtype, causal):
 
 
 @hookimpl
-def wde_quantization(scheme, device, dtype):
+def wde_select_quantization(scheme, device, dtype):
     """``int8`` on CPU (any model dtype): oneDNN int8 GEMMs for the ``Linear`` layers of the transformer blocks."""
     if scheme != "int8" or device.type != "cpu":
         return None
@@ -55,6 +56,14 @@ def wde_quantization(scheme, device, dtype):
             "in the epilogue; down projections (more inputs than outputs, the FFN's) with activations per token; "
             f"attention, norms, pooling and the heads outside the blocks (pooler, classifier, projections) in {named}"
             + note)
+
+
+@hookimpl
+def wde_get_cpu_policy():
+    """This CPU's policy for the core's layers, read off /proc/cpuinfo and torch's oneDNN (``cpu.cpu_policy``)."""
+    from wde_cpu_kernels.cpu import cpu_policy
+
+    return cpu_policy()
 
 
 @hookimpl
