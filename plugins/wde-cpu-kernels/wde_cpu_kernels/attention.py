@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys, cpu_vendor
+from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys
 
-from wde_cpu_kernels.cpu import amx_allowed
+from wde_cpu_kernels.cpu import amx_allowed, cpu_vendor
 
 LOAD_ERRORS: list[str] = []  # why the compiled module did not load, once it has failed
 logger = logging.getLogger(__name__)
