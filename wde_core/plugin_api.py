@@ -28,6 +28,7 @@ _MODULES = {
     "wde_core.runtime.outputs": ("finish_vectors", "collect_embeddings"),
     "wde_core.attention.base": ("AttentionMetadata", "SharedKeys", "aligned_mask", "expand_kv_heads"),
     "wde_core.attention.sdpa": ("SdpaAttention", "SdpaMetadata"),
+    "wde_core.attention.bias": ("PositionBias", "BucketedBias", "AlibiBias", "alibi_slopes", "offset_span"),
     "wde_core.modeling.layers": ("LayerNorm", "Linear", "RMSNorm"),
     "wde_core.modeling.rope": ("RotaryTables", "rotate", "rope_type", "rope_parameters", "head_dim"),
     "wde_core.modeling.parallel": ("ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "TensorParallel",

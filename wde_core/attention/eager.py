@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 
 from wde_core.attention.base import AttentionMetadata, SharedKeys, aligned_mask, expand_kv_heads
+from wde_core.attention.bias import PositionBias, dense
 
 
 class EagerAttention:
     """Readable and slow; the yardstick the other backends are tested against."""
 
     supports_shared_prefix = True
+    supports_position_bias = True
 
     def __init__(self, pipeline=None) -> None:
         pass
@@ -21,8 +23,9 @@ class EagerAttention:
         return AttentionMetadata(seq_lens, cu_seqlens, max(seq_lens), causal, shared)
 
     def forward(self, q, k, v, metadata: AttentionMetadata, scale: float | None = None,
-                window: int | None = None) -> torch.Tensor:
-        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+                window: int | None = None, bias: PositionBias | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given, ``bias`` added to the scaled
+        scores); returns ``[T, heads, head_dim]``."""
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         k, v = expand_kv_heads(k, q.shape[1]), expand_kv_heads(v, q.shape[1])
         keys = metadata.shared
@@ -35,6 +38,8 @@ class EagerAttention:
             qs = q[start:start + n].transpose(0, 1).float()
             ks, vs = (x[k_start:k_start + k_len].transpose(0, 1).float() for x in (k, v))
             scores = torch.matmul(qs, ks.transpose(1, 2)) * scale
+            if bias is not None:
+                scores = scores + dense(bias, n, k_len, q.device)
             mask = aligned_mask(n, k_len, metadata.causal, window, q.device)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))

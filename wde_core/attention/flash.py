@@ -19,6 +19,7 @@ def flash_attn_available() -> bool:
 class FlashAttention:
     """The varlen flash-attention kernel; imported lazily so CPU installs never need it."""
 
+    supports_position_bias = False  # assembly never picks it for a model with one, and refuses it forced
     supports_shared_prefix = True  # the kernel takes key boundaries of their own; causal aligns to the last keys
 
     def __init__(self, pipeline=None) -> None:
@@ -40,8 +41,10 @@ class FlashAttention:
         return AttentionMetadata(seq_lens, cu_seqlens.to(torch.int32), max(seq_lens), causal, shared)
 
     def forward(self, q, k, v, metadata: AttentionMetadata, scale: float | None = None,
-                window: int | None = None) -> torch.Tensor:
+                window: int | None = None, bias=None) -> torch.Tensor:
         """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+        if bias is not None:
+            raise ValueError("attention backend 'flash_attn' takes no position bias: use torch_sdpa or eager")
         cu, longest = metadata.cu_seqlens, metadata.max_seqlen
         cu_k, longest_k, keys = cu, longest, metadata.shared
         if keys is not None:  # flash-attn >= 2.1 aligns the causal mask to the last keys, as SharedKeys asks

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from wde_core.attention.base import AttentionMetadata, SharedKeys, expand_kv_heads, position_mask
+from wde_core.attention.bias import PositionBias, dense, offset_span
 from wde_core.attention.blocks import Block, plan_blocks
 
 BMM_MAX_LEN = 160  # longer bf16 blocks use flash SDPA (the bmm path was erratic above this length here)
@@ -32,6 +33,7 @@ class SdpaAttention:
     """One fused SDPA call per layer for the whole batch."""
 
     supports_shared_prefix = True
+    supports_position_bias = True
 
     def __init__(self, pipeline=None) -> None:
         self.blocked = pipeline is None or getattr(pipeline, "device", torch.device("cpu")).type == "cpu"
@@ -58,26 +60,28 @@ class SdpaAttention:
         return meta
 
     def forward(self, q, k, v, metadata: SdpaMetadata, scale: float | None = None,
-                window: int | None = None) -> torch.Tensor:
-        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+                window: int | None = None, bias: PositionBias | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given, ``bias`` added to the scaled
+        scores, built per block); returns ``[T, heads, head_dim]``."""
         gqa = k.shape[1] != q.shape[1]
         if metadata.shared is not None:
-            return _shared_forward(q, k, v, metadata, scale, window, gqa)
+            return _shared_forward(q, k, v, metadata, scale, window, gqa, bias)
         if metadata.blocks is not None:
-            return self._blocked(q, k, v, metadata, scale, gqa, window)
+            return self._blocked(q, k, v, metadata, scale, gqa, window, bias)
         batch, longest = len(metadata.seq_lens), metadata.max_seqlen
         if metadata.pad_index is None:
             qb, kb, vb = (x.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (q, k, v))
             mask, causal = _masks(None, longest, metadata.causal, window, q.device)
-            return _attend(qb, kb, vb, mask, causal, scale, gqa).transpose(1, 2).reshape(q.shape)
+            return _attend(qb, kb, vb, mask, causal, scale, gqa, bias).transpose(1, 2).reshape(q.shape)
         qb, kb, vb = (self._pad(x, metadata) for x in (q, k, v))
         mask = _masks(metadata.mask, longest, False, window, q.device)[0]
-        out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=gqa)
+        out = _attend(qb, kb, vb, mask, False, scale, gqa, bias)
         out = out.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
         return out.index_select(0, metadata.pad_index)
 
     @staticmethod
-    def _blocked(q, k, v, metadata: SdpaMetadata, scale: float | None, gqa: bool, window: int | None) -> torch.Tensor:
+    def _blocked(q, k, v, metadata: SdpaMetadata, scale: float | None, gqa: bool, window: int | None,
+                 bias: PositionBias | None) -> torch.Tensor:
         out = torch.empty_like(q)
         for b in metadata.blocks:
             qs, ks, vs = q[b.start:b.stop], k[b.start:b.stop], v[b.start:b.stop]
@@ -85,7 +89,7 @@ class SdpaAttention:
                 qs, ks, vs = (x.index_select(0, b.src) for x in (qs, ks, vs))
             qb, kb, vb = (x.view(b.n, b.longest, x.shape[1], x.shape[2]).transpose(1, 2) for x in (qs, ks, vs))
             mask, causal = _masks(b.key_mask, b.longest, metadata.causal, window, q.device)
-            o = _attend(qb, kb, vb, mask, causal, scale, gqa).transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
+            o = _attend(qb, kb, vb, mask, causal, scale, gqa, bias).transpose(1, 2).reshape(-1, q.shape[1], q.shape[2])
             out[b.start:b.stop] = o if b.rows is None else o.index_select(0, b.rows)
         return out
 
@@ -115,7 +119,8 @@ def _plan_shared(meta: SdpaMetadata, keys: SharedKeys) -> SdpaMetadata:
     return meta
 
 
-def _shared_forward(q, k, v, meta: SdpaMetadata, scale, window: int | None, gqa: bool) -> torch.Tensor:
+def _shared_forward(q, k, v, meta: SdpaMetadata, scale, window: int | None, gqa: bool,
+                    bias: PositionBias | None) -> torch.Tensor:
     """Attention of sequences some of whose keys are a prefix held in another sequence's rows."""
     keys, batch = meta.shared, len(meta.seq_lens)
     qb = _pad_rows(q, meta.pad_index, batch, meta.max_seqlen)
@@ -123,6 +128,11 @@ def _shared_forward(q, k, v, meta: SdpaMetadata, scale, window: int | None, gqa:
     mask = meta.mask.to(q.device)
     if window is not None:
         mask = mask & (meta.distance.abs() <= window)[:, None].to(q.device)
+    if bias is not None:  # offset j - i is -distance; padded keys are masked whatever their bias
+        m = offset_span(bias, keys.max_seqlen_k)
+        offsets = (-meta.distance).clamp(-m, m).to(q.device) + m
+        table = bias.by_offset(m).to(q.device, q.dtype)
+        mask = table[:, offsets].transpose(0, 1).masked_fill(~mask, float("-inf"))
     out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2).reshape(-1, q.shape[1], q.shape[2]).index_select(0, meta.pad_index.to(q.device))
 
@@ -134,9 +144,14 @@ def _pad_rows(x: torch.Tensor, index: torch.Tensor, batch: int, longest: int) ->
     return padded.view(batch, longest, x.shape[1], x.shape[2]).transpose(1, 2)
 
 
-def _attend(q, k, v, mask, causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
-    """Attention of one ``[n, heads, L, D]`` block: batched matmuls for a short bf16 block on CPU, else SDPA."""
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[2] <= BMM_MAX_LEN:
+def _attend(q, k, v, mask, causal: bool, scale: float | None, gqa: bool, bias: PositionBias | None = None):
+    """Attention of one ``[n, heads, L, D]`` block: batched matmuls for a short bf16 block on CPU, else SDPA; with
+    ``bias``, SDPA with the block's bias as its additive mask (``-inf`` where ``mask`` or causality hides a key)."""
+    if bias is not None:
+        keep = position_mask(q.shape[2], True, None, q.device) if causal else mask
+        added = dense(bias, q.shape[2], k.shape[2], q.device).to(q.dtype)
+        mask, causal = (added if keep is None else torch.where(keep, added, float("-inf"))), False
+    elif q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.shape[2] <= BMM_MAX_LEN:
         return _bmm_attention(q, k, v, mask, causal, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
 

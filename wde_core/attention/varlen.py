@@ -30,6 +30,7 @@ class TorchVarlenAttention:
     """Packed sequences straight into torch's varlen flash kernel (sliding windows where this torch takes
     ``window_size``); shared prefixes are left to backends with key boundaries of their own."""
 
+    supports_position_bias = False  # assembly never picks it for a model with one, and refuses it forced
     supports_shared_prefix = False
 
     def __init__(self, pipeline=None) -> None:
@@ -49,8 +50,10 @@ class TorchVarlenAttention:
         return AttentionMetadata(seq_lens, cu_seqlens.to(torch.int32), max(seq_lens), causal)
 
     def forward(self, q, k, v, metadata: AttentionMetadata, scale: float | None = None,
-                window: int | None = None) -> torch.Tensor:
+                window: int | None = None, bias=None) -> torch.Tensor:
         """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+        if bias is not None:
+            raise ValueError("attention backend 'torch_varlen' takes no position bias: use torch_sdpa or eager")
         options = {}
         if "window_size" in self._takes:  # torch >= 2.11: causal is the window (-1, 0)
             left = -1 if window is None else window

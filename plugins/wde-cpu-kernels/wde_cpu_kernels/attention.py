@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from wde_core.plugin_api import AttentionMetadata, SdpaAttention, SdpaMetadata, SharedKeys
+from wde_core.plugin_api import AttentionMetadata, PositionBias, SdpaAttention, SdpaMetadata, SharedKeys, offset_span
 
 from wde_cpu_kernels.cpu import amx_allowed, cpu_vendor
 
@@ -93,36 +93,52 @@ def bf16_products() -> str:
 
 
 def native_attention(q, k, v, cu_seqlens: list[int], causal: bool, window: int | None, scale: float | None,
-                     cu_seqlens_k: list[int] = ()):
+                     cu_seqlens_k: list[int] = (), bias_by_offset: torch.Tensor | None = None):
     """Attention of packed ``q``/``k``/``v`` (``[tokens, heads, head_dim]``) with the native kernel (fp32
     arithmetic on fp32 or bf16 rows, or bf16 products: ``bf16_products``; other dtypes are widened and the output
     narrowed back). ``cu_seqlens_k``: each sequence's keys when they are not its own rows (``SharedKeys.gather``),
-    its queries aligned to its last keys."""
+    its queries aligned to its last keys. ``bias_by_offset``: a position bias (``PositionBias.by_offset``, float32
+    ``[heads, 2m + 1]``), added inside the kernel by the fp32-arithmetic path (bf16 rows are widened for it: the
+    bf16-product kernels take no bias)."""
     alpha = q.shape[-1] ** -0.5 if scale is None else scale
     kernel, reach, cu_k = varlen_kernel(), -1 if window is None else window, list(cu_seqlens_k)
     with torch.profiler.record_function("wde::varlen_attention"):  # a named op in torch profiles
-        if q.dtype == torch.bfloat16 and bf16_products() != WIDENED:
+        if q.dtype == torch.bfloat16 and bias_by_offset is None and bf16_products() != WIDENED:
             return kernel.varlen_attention_bf16(q, k, v, cu_seqlens, causal, reach, alpha, amx=amx_allowed(),
                                                 cu_seqlens_k=cu_k)
         if q.dtype in (torch.float32, torch.bfloat16):
-            return kernel.varlen_attention(q, k, v, cu_seqlens, causal, reach, alpha, cu_seqlens_k=cu_k)
+            return kernel.varlen_attention(q, k, v, cu_seqlens, causal, reach, alpha, cu_seqlens_k=cu_k,
+                                           bias=bias_by_offset)
         return kernel.varlen_attention(q.float(), k.float(), v.float(), cu_seqlens, causal, reach, alpha,
-                                       cu_seqlens_k=cu_k).to(q.dtype)
+                                       cu_seqlens_k=cu_k, bias=bias_by_offset).to(q.dtype)
 
 
 @dataclass
 class NativeMetadata(AttentionMetadata):
-    """Adds the sequence boundaries as the list the kernel takes (made once per batch, not per layer), and the
-    ``torch_sdpa`` metadata for head sizes the kernel does not take (planned only if one comes)."""
+    """Adds the sequence boundaries as the list the kernel takes (made once per batch, not per layer), the
+    ``torch_sdpa`` metadata for head sizes the kernel does not take (planned only if one comes), and each position
+    bias's offsets for this batch (``PositionBias.by_offset``, made by the first layer that passes it)."""
 
     cu_list: list[int] = field(default_factory=list)
     fallback: SdpaMetadata | None = None
     cu_k_list: list[int] = field(default_factory=list)
+    bias_tables: dict[int, tuple[PositionBias, torch.Tensor]] = field(default_factory=dict)
+
+    def bias_by_offset(self, bias: PositionBias | None) -> torch.Tensor | None:
+        """``bias``'s offsets as far as this batch's longest sequence reaches, float32 ``[heads, 2m + 1]``."""
+        if bias is None:
+            return None
+        if id(bias) not in self.bias_tables:  # the description is kept too, so that its id stays its own
+            longest = self.max_seqlen if self.shared is None else self.shared.max_seqlen_k
+            self.bias_tables[id(bias)] = (bias, bias.by_offset(offset_span(bias, longest)).contiguous())
+        return self.bias_tables[id(bias)][1]
 
 
 class NativeCpuAttention(SdpaAttention):
     """The AVX-512 or AVX2 varlen kernel on CPU (``torch_sdpa``'s CPU path for head sizes that are not a multiple of
-    16); refused before loading where it cannot be built."""
+    16); refused before loading where it cannot be built. Position biases are added inside the kernel."""
+
+    supports_position_bias = True
 
     def __init__(self, pipeline=None) -> None:
         if pipeline is not None and pipeline.device.type != "cpu":
@@ -138,13 +154,15 @@ class NativeCpuAttention(SdpaAttention):
                               cu_k_list=[] if shared is None else shared.cu_seqlens_k.tolist())
 
     def forward(self, q, k, v, metadata: NativeMetadata, scale: float | None = None,
-                window: int | None = None) -> torch.Tensor:
-        """Attend within each sequence (keys within ``window`` positions if given); returns ``[T, heads, head_dim]``."""
+                window: int | None = None, bias: PositionBias | None = None) -> torch.Tensor:
+        """Attend within each sequence (keys within ``window`` positions if given, ``bias`` added to the scaled
+        scores); returns ``[T, heads, head_dim]``."""
         if q.shape[-1] % 16 == 0 and q.stride(-1) == 1:
             if metadata.shared is not None:
                 k, v = metadata.shared.gather(k), metadata.shared.gather(v)
-            return native_attention(q, k, v, metadata.cu_list, metadata.causal, window, scale, metadata.cu_k_list)
+            return native_attention(q, k, v, metadata.cu_list, metadata.causal, window, scale, metadata.cu_k_list,
+                                    metadata.bias_by_offset(bias))
         if metadata.fallback is None:
             metadata.fallback = super().build_metadata(metadata.seq_lens, metadata.cu_seqlens, metadata.causal,
                                                        metadata.shared)
-        return super().forward(q, k, v, metadata.fallback, scale, window)
+        return super().forward(q, k, v, metadata.fallback, scale, window, bias)

@@ -12,6 +12,7 @@ import torch
 from click.testing import CliRunner
 from transformers import MPNetConfig, MPNetForMaskedLM, MPNetModel
 
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.cli.main import cli
@@ -19,7 +20,7 @@ from wde_plugin_kit import assert_matches_hf, save_random_model, wordpiece_token
 from wde_mpnet.testing import mpnet_tokenizer
 
 TOL = 1e-4
-BACKENDS = ["torch_sdpa", "eager"]
+BACKENDS = CPU_BACKENDS  # torch_sdpa, eager, and cpu_varlen where its kernel loads: the bias through each
 CONFIGS = {  # "long": sequences past max_distance 128 (the clamped buckets); "odd": odd sizes, 40 bias rows
     "long": dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64,
                  max_position_embeddings=202),
@@ -166,6 +167,26 @@ def test_list_workflows_and_inspect(wde, st_dirs, tmp_path):
     assert "pooling: cls (default of wde-mpnet)" in lines
     assert "max_model_len: 39 (config.json max_position_embeddings)" in lines
     assert "workflow: embed (MPNetModel is linked to 'embed' for task 'embed' by wde-mpnet)" in lines
+
+
+@pytest.mark.parametrize("backend", ["flash_attn", "torch_varlen"])
+def test_backends_without_position_bias_are_refused_by_name(st_dirs, backend):
+    # MPNet's link says position_bias=True: a forced backend that takes no bias is refused at assembly, on CPU too
+    with pytest.raises(ValueError, match=f"attention backend '{backend}' .*takes no position bias.*MPNetModel"):
+        Engine(str(st_dirs["cls"]), device="cpu", attention_backend=backend)
+
+
+def test_inspect_names_the_attention_that_runs(wde, st_dirs):
+    # the backend wde inspect names is the one the model calls, bias and all: cpu_varlen where its kernel loads, and
+    # then its kernel (a named op in torch profiles) runs in every layer
+    info = json.loads(wde("inspect", st_dirs["cls"], "--device", "cpu", "--json").stdout)
+    assert info["stages"]["attention_backend"]["component"] == CPU_BACKENDS[-1]
+    if CPU_BACKENDS[-1] == "cpu_varlen":
+        engine = Engine(str(st_dirs["cls"]), device="cpu")
+        with torch.profiler.profile() as profile:
+            engine.encode(TEXTS[:3])
+        calls = [e.count for e in profile.key_averages() if e.key == "wde::varlen_attention"]
+        assert calls == [engine.pipeline.model.config.num_hidden_layers]  # one batch
 
 
 # --- the real all-mpnet-base-v2 (slow tier) ------------------------------------------------------------

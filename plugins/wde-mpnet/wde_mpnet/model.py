@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from wde_bert.public import BertLayer
-from wde_mpnet.attention import RelativeBiasAttention, RelativePositionBias
+from wde_mpnet.attention import BiasedAttention, RelativePositionBias
 
 _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 # HF per-layer module -> (our module in BertLayer, index of the stacked QKV slice or None)
@@ -42,7 +42,8 @@ class MPNetEncoder(nn.Module):
     """``MPNetModel`` without its pooler: packed tokens in, last hidden states ``[T, H]`` out.
 
     Positions count from ``padding_idx + 1`` within each packed sequence (the link's ``position_offset``).
-    The relative position bias is computed once per batch and shared by every layer, as in HF.
+    The relative position bias (one table, shared by every layer, as in HF) goes to the engine's attention
+    backend as a description; the backend adds it to the scores.
     """
 
     takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
@@ -53,7 +54,7 @@ class MPNetEncoder(nn.Module):
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         self.hidden_size = config.hidden_size
-        self.attention = RelativeBiasAttention(attention)
+        self.attention = BiasedAttention(attention)
         self.embeddings = MPNetEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config, self.attention) for _ in range(config.num_hidden_layers))
         self.position_bias = RelativePositionBias(config.relative_attention_num_buckets, config.num_attention_heads)
@@ -61,10 +62,9 @@ class MPNetEncoder(nn.Module):
     def forward(self, model_input) -> torch.Tensor:
         """Last hidden states ``[T, H]`` of every packed token."""
         x = self.embeddings(model_input.input_ids, model_input.positions)
-        bias = self.position_bias(model_input.attn_metadata.max_seqlen)
-        metadata = self.attention.prepare(model_input.attn_metadata, bias, x.dtype)
+        self.attention.bias = self.position_bias.describe()
         for layer in self.layers:
-            x = layer(x, metadata)
+            x = layer(x, model_input.attn_metadata)
         return model_input.drop_padding(x)
 
     def map_checkpoint_name(self, name: str):

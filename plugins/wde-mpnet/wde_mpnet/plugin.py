@@ -19,4 +19,5 @@ def wde_register_architectures(register):
             model="wde_mpnet.model:MPNetEncoder",
             defaults={"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX + 1},
             description="MPNet encoder: absolute positions from padding_idx + 1, relative position bias",
+            position_bias=True,
         ))

@@ -36,7 +36,8 @@ inline void define_kernels(pybind11::module& m, const char* attention_doc) {
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("eps"), py::call_guard<py::gil_scoped_release>());
   m.def("varlen_attention", &varlen_attention, attention_doc,
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens"), py::arg("causal"), py::arg("window"),
-        py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
+        py::arg("scale"), py::arg("cu_seqlens_k") = std::vector<int64_t>{}, py::arg("bias") = py::none(),
+        py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace wde

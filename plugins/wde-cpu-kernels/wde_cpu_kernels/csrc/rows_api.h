@@ -153,7 +153,7 @@ at::Tensor dequantize_rows(const at::Tensor& acc, const at::Tensor& scales, cons
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
-                            const std::vector<int64_t>& cu_k);
+                            const std::vector<int64_t>& cu_k, const c10::optional<at::Tensor>& bias);
 
 // Defines the module's quantization functions (declared above) by rows_api's templates over K, once per build.
 #define WDE_DEFINE_QUANTIZATION(K)                                                                                  \

@@ -55,10 +55,11 @@ inline void pack_keys(Head<T>& h, Scratch& sc, int D, int last, int width) {
 }
 
 // NC vectors of 16 keys from j of the register block's rows' scores (row r to s + r * width + j - j0), the last
-// vector's keys up to j1 (K^T is zero past them); each row's running max of its scores kept in rowmax.
+// vector's keys up to j1 (K^T is zero past them), plus row r's position bias from brow[r][j] where brow[0] is not
+// null; each row's running max of its scores kept in rowmax.
 template <int NC, typename T>
-inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
-                        int j1) {
+inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], const float* const (&brow)[ROWS],
+                        Scratch& sc, int width, int D, int j, int j0, int j1) {
   __m512 acc[ROWS][NC];
   zero(acc);
   const float* krow = h.kt + j;
@@ -73,12 +74,18 @@ inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scra
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(qb, kv[c], acc[r][c]);
     }
   }
+  if (brow[0] != nullptr)
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < ROWS; ++r)
+      _Pragma("GCC unroll 16")
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_add_ps(acc[r][c], _mm512_loadu_ps(brow[r] + j + 16 * c));
   store_scores_and_max<NC>(acc, sc.s.data() + (j - j0), width, j1 - j, sc.rowmax);
 }
 
 // Scores of ROWS query rows from `i` (rows past `rows` repeat the last; bf16 rows widened into sc.qf first) against
-// keys [j0, j1), j0 a multiple of 16, in blocks of KEYS; the last block only as many vectors of 16 as it needs (short
-// sequences are most of an embedding batch: 43 keys take 3 vectors, not 4).
+// keys [j0, j1), j0 a multiple of 16, in blocks of KEYS, with the head's position bias where it has one; the last
+// block only as many vectors of 16 as it needs (short sequences are most of an embedding batch: 43 keys take 3
+// vectors, not 4).
 template <typename T>
 inline void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
   const float* qrow[ROWS];
@@ -93,14 +100,16 @@ inline void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int r
       qrow[r] = sc.qf.data() + r * D;
     }
   }
+  const float* brow[ROWS];
+  block_bias(h.bias, i, rows, brow);
   for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm512_set1_ps(-INFINITY);
   int j = j0;
-  for (; j + KEYS <= j1; j += KEYS) scores_part<4>(h, qrow, sc, width, D, j, j0, j1);
+  for (; j + KEYS <= j1; j += KEYS) scores_part<4>(h, qrow, brow, sc, width, D, j, j0, j1);
   switch ((j1 - j + 15) / 16) {
-    case 4: scores_part<4>(h, qrow, sc, width, D, j, j0, j1); break;
-    case 3: scores_part<3>(h, qrow, sc, width, D, j, j0, j1); break;
-    case 2: scores_part<2>(h, qrow, sc, width, D, j, j0, j1); break;
-    case 1: scores_part<1>(h, qrow, sc, width, D, j, j0, j1); break;
+    case 4: scores_part<4>(h, qrow, brow, sc, width, D, j, j0, j1); break;
+    case 3: scores_part<3>(h, qrow, brow, sc, width, D, j, j0, j1); break;
+    case 2: scores_part<2>(h, qrow, brow, sc, width, D, j, j0, j1); break;
+    case 1: scores_part<1>(h, qrow, brow, sc, width, D, j, j0, j1); break;
     default: break;
   }
 }
@@ -191,6 +200,6 @@ struct Fp32 {  // fp32 FMAs on fp32 or (widened) bf16 rows
 
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
-                            const std::vector<int64_t>& cu_k) {  // varlen_items.h's attend_float, head_dim % 16
-  return attend_float<Fp32, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 16);
+                            const std::vector<int64_t>& cu_k, const c10::optional<at::Tensor>& bias) {
+  return attend_float<Fp32, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 16, bias);  // varlen_items.h, D % 16
 }

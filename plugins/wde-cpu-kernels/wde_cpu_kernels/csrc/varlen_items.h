@@ -17,7 +17,8 @@ constexpr int QUERY_BLOCK = 128;  // query rows per work item
 
 // One (sequence, head) of T (float or c10::BFloat16) rows for the kernels with fp32 arithmetic: q, k, v and out at a
 // stride; kt (K transposed, kt_stride floats per head dim) and vf (V as fp32 rows vf_stride apart: v itself for fp32)
-// are set as the keys are packed.
+// are set as the keys are packed; bias (or null): the head's position bias over the score's scale by key - query
+// offset, bias[j - i] for query row i and key j (OffsetBias).
 template <typename T>
 struct FloatHead {
   const T* q; const T* k; const T* v; T* out;
@@ -26,13 +27,49 @@ struct FloatHead {
   int64_t kt_stride = 0;
   const float* vf = nullptr;
   int64_t vf_stride = 0;
+  const float* bias = nullptr;
 };
+
+// A position bias, described by the bias of key - query offsets -m .. m per head (float [heads, 2m + 1], the same
+// past m: wde_core's PositionBias.by_offset), laid out for every offset a batch's kernels read: row h holds
+// bias / scale (the kernels add it to the raw scores, which the softmax scales) from offset -center to
+// width - center - 1; center = the longest sequence's keys, so that query rows and the keys of score blocks rounded
+// up to 64 stay inside.
+struct OffsetBias {
+  std::vector<float> rows;
+  int64_t width = 0, center = 0;
+  const float* head(int h) const { return rows.empty() ? nullptr : rows.data() + h * width + center; }
+};
+
+inline OffsetBias offset_bias(const c10::optional<at::Tensor>& bias, int heads, const std::vector<int64_t>& ck,
+                              float scale) {
+  OffsetBias out;
+  if (!bias.has_value()) return out;
+  TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->dim() == 2 && bias->size(0) == heads &&
+              bias->size(1) % 2 == 1 && bias->is_contiguous(), "bias must be contiguous float32 [heads, 2m + 1]");
+  const int64_t m = bias->size(1) / 2;
+  for (size_t s = 0; s + 1 < ck.size(); ++s) out.center = std::max(out.center, ck[s + 1] - ck[s]);
+  out.width = 2 * out.center + 64;
+  out.rows.resize(static_cast<size_t>(heads) * out.width);
+  const float* by_offset = bias->data_ptr<float>();
+  for (int h = 0; h < heads; ++h)
+    for (int64_t x = 0; x < out.width; ++x)
+      out.rows[h * out.width + x] = by_offset[h * (2 * m + 1) + std::clamp(x - out.center, -m, m) + m] / scale;
+  return out;
+}
 
 // The R query rows of the register block at row i (q rows `stride` apart); rows past `rows` repeat the last.
 template <typename T, int R>
 __attribute__((always_inline)) inline void block_rows(const T* q, int64_t stride, int i, int rows, const T* (&out)[R]) {
   _Pragma("GCC unroll 16")
   for (int r = 0; r < R; ++r) out[r] = q + std::min(i + r, i + rows - 1) * stride;
+}
+
+// Each register block row's position bias by key (brow[r][j]: row i + r's, rows past `rows` repeating the last), or
+// all null where the head has none (FloatHead::bias).
+template <int R>
+inline void block_bias(const float* bias, int i, int rows, const float* (&brow)[R]) {
+  for (int r = 0; r < R; ++r) brow[r] = bias == nullptr ? nullptr : bias - (i + std::min(r, rows - 1));
 }
 
 // Keys row i may see: [lo, hi).
@@ -124,7 +161,8 @@ void for_each_item(const std::vector<int64_t>& cu_q, const std::vector<int64_t>&
 // a FloatHead<T>, into out.
 template <typename Ops, typename Scratch, typename T>
 void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale) {
+                const std::vector<int64_t>& cu, const std::vector<int64_t>& ck, bool causal, int window, float scale,
+                const OffsetBias& bias) {
   const int heads = q.size(1), D = q.size(2);
   for_each_item<Scratch>(cu, ck, heads, heads / v.size(1), [&](int64_t q0, int64_t k0, int L, int hd, int kvh, int row0,
                                                                int row1, Scratch& sc) {
@@ -133,6 +171,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
                    v.data_ptr<T>() + k0 * v.stride(0) + kvh * v.stride(1),
                    out.data_ptr<T>() + q0 * out.stride(0) + hd * out.stride(1),
                    q.stride(0), k.stride(0), v.stride(0), out.stride(0)};
+    h.bias = bias.head(hd);
     attend_rows<Ops>(h, L, D, row0, row1, causal, window, scale, sc);
   });
 }
@@ -140,10 +179,12 @@ void attend_all(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, c
 // varlen_attention of an fp32-arithmetic kernel (each ISA's): q [T, H, D], k and v [Tk, Hkv, D] (head_dim contiguous
 // and a multiple of dim_multiple), all float32 or all bfloat16 (widened: fp32 arithmetic, the output rounded to
 // bf16); window < 0 means none. Returns out [T, H, D] in the inputs' dtype. cu_k (empty: cu the same) bounds each
-// sequence's keys when they are not its own rows (shared_prefix.py).
+// sequence's keys when they are not its own rows (shared_prefix.py); bias (optional): the position bias of key - query
+// offsets -m .. m per head, added to the scaled scores (OffsetBias).
 template <typename Ops, typename Scratch>
 at::Tensor attend_float(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::vector<int64_t>& cu,
-                        bool causal, int64_t window, double scale, const std::vector<int64_t>& cu_k, int dim_multiple) {
+                        bool causal, int64_t window, double scale, const std::vector<int64_t>& cu_k, int dim_multiple,
+                        const c10::optional<at::Tensor>& bias) {
   const auto dtype = q.scalar_type();
   TORCH_CHECK((dtype == at::kFloat || dtype == at::kBFloat16) && k.scalar_type() == dtype && v.scalar_type() == dtype,
               "varlen_attention takes float32 or bfloat16 (q, k and v alike)");
@@ -152,11 +193,13 @@ at::Tensor attend_float(const at::Tensor& q, const at::Tensor& k, const at::Tens
               "head_dim % ", dim_multiple, " and heads % kv heads must be 0");
   const std::vector<int64_t>& ck = key_bounds(cu, cu_k, q.size(0), k.size(0));
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  const OffsetBias offsets = offset_bias(bias, q.size(1), ck, static_cast<float>(scale));
   if (dtype == at::kFloat)
-    attend_all<Ops, Scratch, float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale));
+    attend_all<Ops, Scratch, float>(q, k, v, out, cu, ck, causal, static_cast<int>(window), static_cast<float>(scale),
+                                    offsets);
   else
     attend_all<Ops, Scratch, c10::BFloat16>(q, k, v, out, cu, ck, causal, static_cast<int>(window),
-                                            static_cast<float>(scale));
+                                            static_cast<float>(scale), offsets);
   return out;
 }
 

@@ -99,11 +99,12 @@ inline void pack_keys(Head<T>& h, Scratch& sc, int D, int last, int width) {
   }
 }
 
-// NC vectors of 8 keys from j of the register block's scores (row r to s + r * width + j - j0), each row's running max
-// raised by those before j1 (K^T is zero past them).
+// NC vectors of 8 keys from j of the register block's scores (row r to s + r * width + j - j0), plus row r's position
+// bias from brow[r][j] where brow[0] is not null, each row's running max raised by those before j1 (K^T is zero past
+// them).
 template <int NC, typename T>
-inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scratch& sc, int width, int D, int j, int j0,
-                        int j1) {
+inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], const float* const (&brow)[ROWS],
+                        Scratch& sc, int width, int D, int j, int j0, int j1) {
   __m256 acc[ROWS][NC];
   zero(acc);
   const float* krow = h.kt + j;
@@ -118,6 +119,11 @@ inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scra
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(qb, kv[c], acc[r][c]);
     }
   }
+  if (brow[0] != nullptr)
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < ROWS; ++r)
+      _Pragma("GCC unroll 16")
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_loadu_ps(brow[r] + j + 8 * c));
   float* s = sc.s.data() + (j - j0);
   const __m256 counted = _mm256_castsi256_ps(first_lanes(std::min(8, j1 - j - 8 * (NC - 1))));
   const __m256 minus_inf = _mm256_set1_ps(-INFINITY);
@@ -134,7 +140,8 @@ inline void scores_part(const Head<T>& h, const float* const (&qrow)[ROWS], Scra
 }
 
 // Scores of ROWS query rows from `i` (rows past `rows` repeat the last; bf16 rows widened into sc.qf) against keys
-// [j0, j1), j0 a multiple of 16, KEYS at a time, the last block 8 keys where that covers it.
+// [j0, j1), j0 a multiple of 16, KEYS at a time, the last block 8 keys where that covers it; with the head's position
+// bias where it has one.
 template <typename T>
 inline void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int rows, int j0, int j1) {
   const float* qrow[ROWS];
@@ -149,10 +156,12 @@ inline void scores(const Head<T>& h, Scratch& sc, int width, int D, int i, int r
       qrow[r] = sc.qf.data() + r * D;
     }
   }
+  const float* brow[ROWS];
+  block_bias(h.bias, i, rows, brow);
   for (int r = 0; r < ROWS; ++r) sc.rowmax[r] = _mm256_set1_ps(-INFINITY);
   int j = j0;
-  for (; j + 8 < j1; j += KEYS) scores_part<2>(h, qrow, sc, width, D, j, j0, j1);
-  if (j < j1) scores_part<1>(h, qrow, sc, width, D, j, j0, j1);
+  for (; j + 8 < j1; j += KEYS) scores_part<2>(h, qrow, brow, sc, width, D, j, j0, j1);
+  if (j < j1) scores_part<1>(h, qrow, brow, sc, width, D, j, j0, j1);
 }
 
 // exp(scale * (score - row max)) of the ROWS rows over [j0, j1) in place and inv[r] = 1 / their sum. `full`: every row
@@ -247,6 +256,6 @@ struct Fp32Avx2 {  // fp32 FMAs on fp32 or (widened) bf16 rows, 8 lanes
 
 at::Tensor varlen_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const std::vector<int64_t>& cu, bool causal, int64_t window, double scale,
-                            const std::vector<int64_t>& cu_k) {  // varlen_items.h's attend_float, head_dim % 8
-  return attend_float<Fp32Avx2, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 8);
+                            const std::vector<int64_t>& cu_k, const c10::optional<at::Tensor>& bias) {
+  return attend_float<Fp32Avx2, Scratch>(q, k, v, cu, causal, window, scale, cu_k, 8, bias);  // varlen_items.h, D % 8
 }
