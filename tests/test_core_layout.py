@@ -145,3 +145,12 @@ def test_no_import_cycle_inside_wde_core():
     assert len(graph) > 40 and "wde_core.plugins.host" in graph["wde_core.cli.main"]
     assert "wde_core.builtin" in graph["wde_core.plugins.host"]  # imported by name, counted all the same
     assert cycles(graph) == []
+
+
+def test_the_stages_and_tasks_do_not_import_the_engines_back():
+    """The layers, each importing only those below: runtime (the engines) -> tasks -> stages."""
+    graph = import_graph()
+    above = {"wde_core.stages": ("wde_core.runtime", "wde_core.tasks"), "wde_core.tasks": ("wde_core.runtime",)}
+    upward = {module: sorted(t for t in targets if t.startswith(above[layer]))
+              for layer in above for module, targets in graph.items() if module.startswith(layer)}
+    assert len(upward) > 15 and {module: found for module, found in upward.items() if found} == {}

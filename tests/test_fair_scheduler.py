@@ -17,7 +17,7 @@ import pytest
 from conftest import wiki_paragraphs
 from wde_core import AsyncEngine, Engine
 from wde_core.attention.sdpa import SdpaAttention
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 from wde_core.stages.scheduler import CALL_QUANTUM, TENANT_QUANTUM, TokenBudgetScheduler
 from wde_core.tasks import Call
 

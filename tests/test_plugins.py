@@ -23,7 +23,7 @@ from wde_core import ArchitectureLink, Engine, NoWorkflowError, Workflow, assemb
 from wde_core.plugins import hookspecs
 from wde_core.cli.main import cli
 from wde_core.plugins.host import PluginHost, get_plugin_host
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCH = "ExampleBagOfEmbeddings"

@@ -11,7 +11,7 @@ from conftest import CPU_BACKENDS
 from wde_core.attention.eager import EagerAttention
 from wde_core.attention.flash import FlashAttention, flash_attn_available
 from wde_core.attention.sdpa import SdpaAttention
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 from wde_core.stages.shared_prefix import MIN_SHARED_TOKENS, plan_shared_prefixes, shared_keys
 from wde_cpu_kernels.attention import NativeCpuAttention
 

@@ -55,7 +55,7 @@ def test_the_core_tasks_methods_are_real_and_match_the_task_table():
         ours, prepare = inspect.signature(method).parameters, inspect.signature(import_target(target)).parameters
         assert list(ours.values())[1:-1] == list(prepare.values())[1:], name  # less self / engine and show_progress
         assert (ours["show_progress"].kind, ours["show_progress"].default) == (inspect.Parameter.KEYWORD_ONLY, False)
-    assert inspect.getsourcefile(Engine.encode).endswith("wde_core/runtime/front_end.py")
+        assert method.__doc__ == import_target(target).__doc__ and method.__name__ == name  # written once, in tasks/
 
 
 def test_async_front_ends_await_and_refuse_a_progress_bar(tiny_bert_dir):
@@ -99,7 +99,7 @@ def test_a_plugins_task_gets_front_ends_from_the_task_table(tiny_bert_dir):
 def test_a_task_refuses_a_model_it_does_not_serve(tiny_bert_dir):
     engine = Engine(str(tiny_bert_dir), device="cpu")
     # the core's two methods, then those of installed plugins' tasks served by embed models (wde-clip's similarity,
-    # wde-qwen2-vl's multi_vector_scores and multi_vector_rerank)
+    # wde-late-interaction's multi_vector_scores and multi_vector_rerank)
     with pytest.raises(TypeError, match=r"score\(\) serves the 'rerank' task, but model .* is served for the "
                                         r"'embed' task; use encode\(\)(, | and )embed_tokens\(\)"
                                         r"(, \w+\(\))*( and \w+\(\))?$"):

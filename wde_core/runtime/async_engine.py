@@ -73,7 +73,7 @@ class AsyncEngine(TaskMethods):
         if name.startswith("_") or "engine" not in self.__dict__:
             raise AttributeError(name)
         prepare = self.engine.front_end(name)  # AttributeError for a name no task serves
-        return front_end_method(name, prepare, self.call, is_async=True)
+        return front_end_method(name, prepare, is_async=True).__get__(self)
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.engine.methods()))

@@ -3,7 +3,6 @@ front-end methods run the task table's prepare functions (``wde_register_tasks``
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 from collections import deque
@@ -14,12 +13,10 @@ import torch
 from wde_core.plugins.entries import Task, import_target
 from wde_core.assembly.pipeline import Pipeline, assemble_pipeline
 from wde_core.runtime.front_end import TaskMethods
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 from wde_core.runtime.stream import map_chunks
 from wde_core.stages.worker import worker_factory
-from wde_core.tasks import Call, describe_methods, front_end_method
-
-_PROGRESS = inspect.Parameter("show_progress", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)
+from wde_core.tasks import SHOW_PROGRESS, Call, TaskContext, describe_methods, front_end_method
 
 
 class Engine(TaskMethods):
@@ -44,6 +41,7 @@ class Engine(TaskMethods):
         self.scheduler = make["scheduler"](p)
         self.builder = make["model_input_builder"](p, self.attention)
         self.output_processor = make["output_processor"](p)
+        self.context = TaskContext(p, self.input_processor, self.tokenizer, self.output_processor)
         self.executor = make["executor"](p, worker_factory(p, self.attention))
         self._in_flight: deque = deque()
         self._owner: str | None = None
@@ -63,7 +61,7 @@ class Engine(TaskMethods):
         if name.startswith("_") or "pipeline" not in self.__dict__:
             raise AttributeError(name)
         prepare = self.front_end(name)  # AttributeError for a name no task serves
-        return front_end_method(name, prepare, self.call, is_async=False, extra=(_PROGRESS,))
+        return front_end_method(name, prepare, extra=(SHOW_PROGRESS,)).__get__(self)
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.methods()))
@@ -89,7 +87,7 @@ class Engine(TaskMethods):
             registry = self.pipeline.host.registry
             raise TypeError(f"{method}() serves the {task.name!r} task, but model {self.pipeline.model.name!r} is "
                             f"served for the {self.task!r} task; use {describe_methods(registry, self.task)}")
-        return self.front_end(method)(self, *args, **kwargs)
+        return self.front_end(method)(self.context, *args, **kwargs)
 
     def call(self, method: str, *args: Any, show_progress: bool = False, **kwargs: Any) -> Any:
         """Run a front-end method by name: prepare, run its requests, collect the results."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from wde_core.runtime.request import EmbedOptions, Request, as_image_input
+from wde_core.stages.request import EmbedOptions, Request, as_image_input
 
 
 class TextInputProcessor:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from wde_core.plugins.entries import import_target
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 from wde_core.stages.shared_prefix import plan_shared_prefixes, shared_keys, shares_prefixes
 
 

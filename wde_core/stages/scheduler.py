@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 from wde_core.stages.shared_prefix import BatchTokens, shares_prefixes
 
 TENANT_QUANTUM, CALL_QUANTUM = 512, 128  # tokens a tenant, and a call within it, take in one turn

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from wde_core.attention.base import SharedKeys
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 
 MIN_SHARED_TOKENS = 16  # shorter common prefixes are not worth the gathered keys
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
 
 
 class HFTokenizer:

@@ -1,6 +1,8 @@
 """Tasks: the table from which ``Engine`` and ``AsyncEngine`` make their front-end methods; each method's
-*prepare* function, ``prepare(engine, *args, **kwargs) -> Call``, validates and tokenizes a call's inputs
-before any batch runs and says how the per-request results become the method's return value."""
+*prepare* function, ``prepare(context, *args, **kwargs) -> Call``, validates and tokenizes a call's inputs
+before any batch runs and says how the per-request results become the method's return value. ``context`` is a
+:class:`TaskContext`, the part of the engine a task uses; the prepare function's signature and docstring are the
+front-end method's, written once."""
 
 from __future__ import annotations
 
@@ -8,7 +10,18 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from wde_core.runtime.request import Request
+from wde_core.stages.request import Request
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a prepare function uses of an engine: the pipeline (model, settings, engine arguments) and the stages a
+    call goes through before any batch (input processor, tokenizer) and after (output processor)."""
+
+    pipeline: Any
+    input_processor: Any
+    tokenizer: Any
+    output_processor: Any
 
 
 @dataclass
@@ -19,11 +32,11 @@ class Call:
     collect: Callable[[list[Any]], Any]
 
 
-def long_input_policy(engine, truncate: bool | str | None, *, chunk_ok: bool) -> bool | str:
-    """``True`` (cut), ``False`` (refuse) or ``"chunk"``: the call's ``truncate``, else the engine's
-    ``long_inputs`` argument."""
+def long_input_policy(context, truncate: bool | str | None, *, chunk_ok: bool) -> bool | str:
+    """``True`` (cut), ``False`` (refuse) or ``"chunk"``: the call's ``truncate``, else the engine argument
+    ``long_inputs``."""
     if truncate is None:
-        truncate = {"truncate": True, "error": False, "chunk": "chunk"}[engine.pipeline.args.long_inputs]
+        truncate = {"truncate": True, "error": False, "chunk": "chunk"}[context.pipeline.args.long_inputs]
     if truncate == "chunk":
         if not chunk_ok:
             raise ValueError("truncate='chunk' (long_inputs='chunk'): chunked long inputs serve the embed task "
@@ -34,20 +47,24 @@ def long_input_policy(engine, truncate: bool | str | None, *, chunk_ok: bool) ->
     return truncate
 
 
-def front_end_method(name: str, prepare: Callable, call: Callable, *, is_async: bool,
+SHOW_PROGRESS = inspect.Parameter("show_progress", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=bool)
+_SELF = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def front_end_method(name: str, prepare: Callable, *, is_async: bool = False,
                      extra: tuple[inspect.Parameter, ...] = ()) -> Callable:
-    """The front-end method ``name``: calls ``call(name, *args, **kwargs)`` (awaited when ``is_async``),
-    with the docstring of ``prepare`` and its signature less ``engine``, plus ``extra`` keyword parameters."""
+    """The engine method ``name`` (bind it with ``__get__``): ``self.call(name, *args, **kwargs)``, awaited when
+    ``is_async``, with ``prepare``'s docstring and signature (less its context), plus ``extra`` keyword parameters."""
     if is_async:
-        async def method(*args: Any, **kwargs: Any) -> Any:
-            return await call(name, *args, **kwargs)
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            return await self.call(name, *args, **kwargs)
     else:
-        def method(*args: Any, **kwargs: Any) -> Any:
-            return call(name, *args, **kwargs)
+        def method(self, *args: Any, **kwargs: Any) -> Any:
+            return self.call(name, *args, **kwargs)
     method.__name__ = method.__qualname__ = name
     method.__doc__ = prepare.__doc__
     signature = inspect.signature(prepare)
-    method.__signature__ = signature.replace(parameters=list(signature.parameters.values())[1:] + list(extra))
+    method.__signature__ = signature.replace(parameters=[_SELF, *list(signature.parameters.values())[1:], *extra])
     return method
 
 

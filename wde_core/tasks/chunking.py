@@ -8,14 +8,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wde_core.runtime.outputs import collect_embeddings, finish_for_request
-from wde_core.runtime.request import EmbedOptions, Request
+from wde_core.stages.output import collect_embeddings, finish_for_request
+from wde_core.stages.request import EmbedOptions, Request
 from wde_core.tasks import Call
 
 
-def chunked_call(engine, requests: list[Request], output: str | Sequence[str], *, single: bool) -> Call:
+def chunked_call(context, requests: list[Request], output: str | Sequence[str], *, single: bool) -> Call:
     """Tokenize ``requests`` whole, split the over-long ones, and collect one weighted mean per input."""
-    tokenizer, max_len = engine.tokenizer, engine.pipeline.settings.max_model_len
+    tokenizer, max_len = context.tokenizer, context.pipeline.settings.max_model_len
     tokenizer.tokenize(requests, truncate="chunk")
     pieces: list[Request] = []
     plan: list[tuple[int, int]] = []  # per input: (first piece, number of pieces)
@@ -28,7 +28,7 @@ def chunked_call(engine, requests: list[Request], output: str | Sequence[str], *
             prompt_len = min(request.prompt_len, len(ids) - 1) if i == 0 else 0
             pieces.append(dataclasses.replace(request, index=len(pieces), options=raw, token_ids=list(ids),
                                               token_type_ids=types, prompt_len=prompt_len))
-    normalize = engine.pipeline.settings.normalize
+    normalize = context.pipeline.settings.normalize
 
     def collect(results: list[np.ndarray]) -> Any:
         merged = []

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wde_core.runtime.outputs import finish_for_request
-from wde_core.runtime.request import EmbedOptions, Request, TokenEmbedOptions
+from wde_core.stages.output import finish_for_request
+from wde_core.stages.request import EmbedOptions, Request, TokenEmbedOptions
 from wde_core.tasks import Call
 
 RULES = ("sentences", "tokens")
@@ -90,10 +90,10 @@ def rule_spans(rule: tuple[str, int], doc: str, starts: np.ndarray) -> list[tupl
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def text_tokens(engine, requests: list[Request]) -> list[tuple[np.ndarray, np.ndarray]]:
+def text_tokens(context, requests: list[Request]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per request: the positions of its text tokens (no special or prompt token) and their start offsets in the
     document, from the tokenizer stage's fast tokenizer (its ids checked against the request's)."""
-    fast = getattr(engine.tokenizer, "tokenizer", None)
+    fast = getattr(context.tokenizer, "tokenizer", None)
     if not getattr(fast, "is_fast", False):
         raise ValueError("truncate='late' needs the offsets of a fast tokenizer; this tokenizer stage has none")
     encoded = fast([r.text for r in requests], add_special_tokens=True, return_offsets_mapping=True,
@@ -109,23 +109,23 @@ def text_tokens(engine, requests: list[Request]) -> list[tuple[np.ndarray, np.nd
     return out
 
 
-def resolve(engine, texts: str | Sequence[str], chunks: Any, *, options: Any, prompt: str | None,
+def resolve(context, texts: str | Sequence[str], chunks: Any, *, options: Any, prompt: str | None,
             prompt_name: str | None, name: str) -> tuple[list[Request], list[list[tuple[int, int]]], list]:
     """Validate and tokenize (whole) a late-chunking call: its requests, each document's spans, and each chunk's
     token positions; every error (a chunk with no token too) is raised here, before any work."""
     single = isinstance(texts, str)
-    requests = engine.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
+    requests = context.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
     bad = next((r.index for r in requests if not isinstance(r.text, str)), None)
     if bad is not None:
         raise TypeError(f"input {bad}: truncate='late' reads text only")
     docs = [r.text[len(r.prompt or ""):] for r in requests]
     specs = check_chunks(chunks, docs, single, name)
-    if engine.pipeline.model.st.dense:
-        raise ValueError(f"truncate='late': model {engine.pipeline.model.name!r} applies Dense modules after "
+    if context.pipeline.model.st.dense:
+        raise ValueError(f"truncate='late': model {context.pipeline.model.name!r} applies Dense modules after "
                          "pooling; late chunking averages token states and serves models without them")
-    engine.tokenizer.tokenize(requests, truncate="chunk")
+    context.tokenizer.tokenize(requests, truncate="chunk")
     spans, members = [], []
-    for d, (spec, (positions, starts)) in enumerate(zip(specs, text_tokens(engine, requests))):
+    for d, (spec, (positions, starts)) in enumerate(zip(specs, text_tokens(context, requests))):
         spans.append(spec if isinstance(spec, list) else rule_spans(spec, docs[d], starts))
         members.append([positions[(starts >= a) & (starts < b)] for a, b in spans[-1]])
         empty = next((j for j, m in enumerate(members[-1]) if m.size == 0), None)
@@ -135,11 +135,11 @@ def resolve(engine, texts: str | Sequence[str], chunks: Any, *, options: Any, pr
     return requests, spans, members
 
 
-def late_chunk_spans(engine, texts: str | Sequence[str], chunks: Any, *, prompt: str | None = None,
+def late_chunk_spans(context, texts: str | Sequence[str], chunks: Any, *, prompt: str | None = None,
                      prompt_name: str | None = None, name: str = "chunks") -> list:
     """The ``(start, end)`` character spans ``encode(texts, truncate="late", chunks=chunks)`` pools, one list per
     document (one list for a single string): how a rule cut each document. Errors name ``name``."""
-    _, spans, _ = resolve(engine, texts, chunks, options=EmbedOptions(), prompt=prompt, prompt_name=prompt_name,
+    _, spans, _ = resolve(context, texts, chunks, options=EmbedOptions(), prompt=prompt, prompt_name=prompt_name,
                           name=name)
     return spans[0] if isinstance(texts, str) else spans
 
@@ -169,18 +169,18 @@ def plan_windows(n_body: int, size: int, overlap: int) -> tuple[list[int], np.nd
     return starts, source
 
 
-def late_call(engine, texts: str | Sequence[str], chunks: Any, *, options: EmbedOptions, prompt: str | None,
+def late_call(context, texts: str | Sequence[str], chunks: Any, *, options: EmbedOptions, prompt: str | None,
               prompt_name: str | None, late_overlap: int | None) -> Call:
     """``encode(truncate="late")``: the window requests of every document, collected into one float32
     ``[n_chunks, dim]`` array per document (one array for a single string)."""
-    prefix, suffix = engine.tokenizer.special_affixes()
-    max_len = engine.pipeline.settings.max_model_len
+    prefix, suffix = context.tokenizer.special_affixes()
+    max_len = context.pipeline.settings.max_model_len
     size = max_len - len(prefix) - len(suffix)
     overlap = size // 4 if late_overlap is None else late_overlap
     if not is_count(overlap) or not 0 <= overlap < size:
         raise ValueError(f"late_overlap={late_overlap!r}: expected an integer from 0 to {size - 1} (tokens; a window "
                          f"holds {size} text tokens, the model's length less the special tokens)")
-    requests, _, members = resolve(engine, texts, chunks, options=options, prompt=prompt, prompt_name=prompt_name,
+    requests, _, members = resolve(context, texts, chunks, options=options, prompt=prompt, prompt_name=prompt_name,
                                    name="chunks")
     windows: list[Request] = []
     plans: list[Windows] = []
@@ -197,7 +197,7 @@ def late_call(engine, texts: str | Sequence[str], chunks: Any, *, options: Embed
             ids = prefix + body[s:s + size] + suffix
             windows.append(Request(len(windows), request.text, raw, request.prompt, ids,
                                    token_type_ids=None if request.token_type_ids is None else [0] * len(ids)))
-    normalize = engine.pipeline.settings.normalize
+    normalize = context.pipeline.settings.normalize
 
     def collect(results: list[np.ndarray]) -> Any:
         out = []

@@ -8,42 +8,44 @@ from typing import Any
 
 import numpy as np
 
-from wde_core.runtime.request import ScoreOptions, as_image_input
+from wde_core.stages.request import ScoreOptions, as_image_input
 from wde_core.tasks import Call, long_input_policy
 
 
-def score(engine, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
+def score(context, pairs: Sequence[tuple[str, str]], *, raw_scores: bool = False,
           truncate: bool | None = None) -> Any:
-    """Relevance scores of ``(query, document)`` pairs, float32 ``[n]``: ``sigmoid(logit)`` unless the config names
-    another activation, the logits with ``raw_scores=True``. ``truncate=True`` cuts documents, never queries."""
-    requests = _scoring_requests(engine, pairs, raw_scores, truncate)
+    """Relevance scores of ``(query, document)`` pairs (the ``rerank`` task), float32 ``[n]``: ``sigmoid(logit)``
+    unless the config names another activation, the logits with ``raw_scores=True``. ``truncate=True`` cuts
+    documents, never queries."""
+    requests = _scoring_requests(context, pairs, raw_scores, truncate)
     return Call(requests, lambda results: np.asarray(results, dtype=np.float32))
 
 
-def rerank(engine, query: Any, documents: Sequence[Any], *, top_n: int | None = None,
+def rerank(context, query: Any, documents: Sequence[Any], *, top_n: int | None = None,
            return_documents: bool = False, raw_scores: bool = False, truncate: bool | None = None) -> Any:
-    """Score ``documents`` against ``query``: ``[{"index", "score"[, "document"]}]``, best first (ties in input
-    order), the best ``top_n`` only if given."""
+    """Score ``documents`` against ``query`` (the ``rerank`` task): ``[{"index", "score"[, "document"]}]``, best
+    first (ties in input order), the best ``top_n`` only if given. A reranker that reads images takes an image or a
+    ``{"text", "image"}`` dict on either side; a text cross-encoder refuses them, naming the field."""
     check_rerank_arguments(query, documents, top_n)
     if len(documents) == 0:
         return Call([], lambda results: [])
-    requests = _scoring_requests(engine, [(query, d) for d in documents], raw_scores, truncate)
+    requests = _scoring_requests(context, [(query, d) for d in documents], raw_scores, truncate)
     return Call(requests, lambda results: ranked(np.asarray(results, dtype=np.float32), documents, top_n,
                                                  return_documents))
 
 
-def classify(engine, texts: str | Sequence[Any], *, raw_scores: bool = False, truncate: bool | None = None) -> Any:
-    """Per-label probabilities ``{label: p}`` (from ``id2label``) for each text or text pair (the logits with
-    ``raw_scores=True``); a single string or pair gives one dict."""
-    requests = _scoring_requests(engine, texts, raw_scores, truncate)
+def classify(context, texts: str | Sequence[Any], *, raw_scores: bool = False, truncate: bool | None = None) -> Any:
+    """Per-label probabilities ``{label: p}`` (the ``classify`` task; from ``id2label``) for each text or text pair
+    (the logits with ``raw_scores=True``); a single string or pair gives one dict."""
+    requests = _scoring_requests(context, texts, raw_scores, truncate)
     single = isinstance(texts, (str, tuple))
     return Call(requests, lambda results: results[0] if single else results)
 
 
-def _scoring_requests(engine, inputs: Any, raw_scores: bool, truncate: bool | None) -> list:
-    policy = long_input_policy(engine, truncate, chunk_ok=False)
-    requests = engine.input_processor.process(inputs, options=ScoreOptions(raw_scores=bool(raw_scores)))
-    engine.tokenizer.tokenize(requests, truncate=policy)
+def _scoring_requests(context, inputs: Any, raw_scores: bool, truncate: bool | None) -> list:
+    policy = long_input_policy(context, truncate, chunk_ok=False)
+    requests = context.input_processor.process(inputs, options=ScoreOptions(raw_scores=bool(raw_scores)))
+    context.tokenizer.tokenize(requests, truncate=policy)
     return requests
 
 

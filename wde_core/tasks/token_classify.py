@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from wde_core.runtime.request import Request, TokenEmbedOptions
+from wde_core.stages.request import Request, TokenEmbedOptions
 from wde_core.tasks import Call, long_input_policy
 
 AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' AggregationStrategy values
@@ -30,9 +30,10 @@ class Window(Request):
     logits: Any = None
 
 
-def classify_tokens(engine, texts: str | Sequence[str], *, aggregation: str | None = None, stride: int | None = None,
+def classify_tokens(context, texts: str | Sequence[str], *, aggregation: str | None = None, stride: int | None = None,
                     ignore_labels: Sequence[str] | None = None, truncate: bool | None = None) -> Any:
-    """Per-token labels of ``texts`` (NER, PII): one result per text (a single string gives one).
+    """Per-token labels of ``texts`` (the ``token_classify`` task: NER, PII): one result per text (a single string
+    gives one).
 
     ``aggregation=None``: a dict of every token (special ones included): ``tokens``, ``offsets`` int64
     ``[n, 2]`` (character start, end), ``special`` bool ``[n]``, ``logits`` float32 ``[n, labels]``, ``labels``
@@ -43,15 +44,15 @@ def classify_tokens(engine, texts: str | Sequence[str], *, aggregation: str | No
     in windows of ``max_model_len`` tokens overlapping by ``stride``, resolved as the pipeline's ``stride``
     (needs an aggregation other than ``"none"``); else ``truncate``: ``True`` cuts, ``False`` refuses an
     over-long text, ``None`` follows ``long_inputs``."""
-    tokenizer = engine.tokenizer.tokenizer
-    limit = engine.pipeline.settings.max_model_len
+    tokenizer = context.tokenizer.tokenizer
+    limit = context.pipeline.settings.max_model_len
     check_arguments(aggregation, stride, ignore_labels, truncate, limit - tokenizer.num_special_tokens_to_add())
-    policy = None if stride is not None else _policy(engine, truncate)
-    requests = engine.input_processor.process(texts, options=TokenEmbedOptions())
+    policy = None if stride is not None else _policy(context, truncate)
+    requests = context.input_processor.process(texts, options=TokenEmbedOptions())
     if any(r.prompt for r in requests):
         raise ValueError("classify_tokens takes no prompt: the model's default prompt would shift the offsets")
-    windows = tokenize_windows(engine, [r.text for r in requests], stride, policy)
-    labels = {int(i): str(label) for i, label in engine.pipeline.model.config.id2label.items()}
+    windows = tokenize_windows(context, [r.text for r in requests], stride, policy)
+    labels = {int(i): str(label) for i, label in context.pipeline.model.config.id2label.items()}
     single = isinstance(texts, str)
 
     def collect(results: list[np.ndarray]) -> Any:
@@ -85,17 +86,17 @@ def check_arguments(aggregation: Any, stride: Any, ignore_labels: Any, truncate:
             raise TypeError(f"ignore_labels: expected a list of str, got {ignore_labels!r}")
 
 
-def _policy(engine, truncate: bool | None) -> bool:
-    if truncate is None and engine.pipeline.args.long_inputs == "chunk":
+def _policy(context, truncate: bool | None) -> bool:
+    if truncate is None and context.pipeline.args.long_inputs == "chunk":
         raise ValueError("long_inputs='chunk' does not apply to classify_tokens: pass stride=N for overlapping "
                          "windows, or truncate=True or False")
-    return long_input_policy(engine, truncate, chunk_ok=False)
+    return long_input_policy(context, truncate, chunk_ok=False)
 
 
-def tokenize_windows(engine, texts: list[str], stride: int | None, truncate: bool | None) -> list[Window]:
+def tokenize_windows(context, texts: list[str], stride: int | None, truncate: bool | None) -> list[Window]:
     """One request per text, or per window of it with ``stride``: the pipeline's encoding (offsets, special
     tokens mask), windows of ``max_model_len`` tokens; ``owner`` is the text's index."""
-    stage, max_len = engine.tokenizer, engine.pipeline.settings.max_model_len
+    stage, max_len = context.tokenizer, context.pipeline.settings.max_model_len
     typed = getattr(stage, "uses_token_types", False)
     cut = stride is not None or truncate is True
     windowed = {"stride": stride, "return_overflowing_tokens": True} if stride is not None else {}
