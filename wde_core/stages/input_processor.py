@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from wde_core.stages.request import EmbedOptions, Request, as_image_input
+from wde_core.stages.request import EmbedOptions, InputTypeError, Request, as_image_input
 
 
 class TextInputProcessor:
@@ -26,7 +26,7 @@ class TextInputProcessor:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 got = "an image, and this model reads text only" if as_image_input(text) else type(text).__name__
-                raise TypeError(f"input {i}: field 'text' must be a str, got {got}")
+                raise InputTypeError(i, f"field 'text' must be a str, got {got}")
         self.check_options(options)
         prompt = self.resolve_prompt(prompt, prompt_name)
         return [Request(i, (prompt or "") + text, options, prompt) for i, text in enumerate(texts)]

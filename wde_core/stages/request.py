@@ -1,11 +1,32 @@
 """Requests and per-call options, as they travel through the stages; what counts as an image input (a vision
-workflow's stages decode it: wde-clip's ``wde_clip.public.load_image``, with its limits and errors)."""
+workflow's stages decode it: wde-images' ``load_image``, with its limits and errors); the errors refusing an input."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
+
+
+class InputError(Exception):
+    """An input of a call refused before any work: ``str()`` is ``"input N: detail"``, ``index`` is N (a front end
+    names where input N came from by it), ``detail`` the rest. Raised as :class:`InputValueError` or
+    :class:`InputTypeError`; one re-raised with a single message (``type(exc)(message)``) has no ``index``."""
+
+    def __init__(self, index: int | str, detail: str | None = None) -> None:
+        super().__init__(index if detail is None else f"input {index}: {detail}")
+        self.index, self.detail = (None, index) if detail is None else (index, detail)
+
+    def __reduce__(self):
+        return type(self), (self.detail,) if self.index is None else (self.index, self.detail)
+
+
+class InputValueError(InputError, ValueError):
+    """An input refused for its value (too long, not an image, ...)."""
+
+
+class InputTypeError(InputError, TypeError):
+    """An input refused for its type."""
 
 
 @dataclass(frozen=True)

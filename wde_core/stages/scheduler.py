@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from wde_core.stages.request import Request
+from wde_core.stages.request import InputValueError, Request
 from wde_core.stages.shared_prefix import BatchTokens, shares_prefixes
 
 TENANT_QUANTUM, CALL_QUANTUM = 512, 128  # tokens a tenant, and a call within it, take in one turn
@@ -70,7 +70,7 @@ class TokenBudgetScheduler:
         """Queue tokenized requests, longest first within this call."""
         requests = sorted(requests, key=lambda r: -r.num_tokens)
         if requests and requests[0].num_tokens > self.max_tokens:  # the longest
-            raise ValueError(f"input {requests[0].index}: {requests[0].num_tokens} tokens exceed "
+            raise InputValueError(requests[0].index, f"{requests[0].num_tokens} tokens exceed "
                              f"max_num_batched_tokens={self.max_tokens}")
         size = sum(r.num_tokens for r in requests)
         keys = {(r.tenant, r.call_id) for r in requests}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wde_core.stages.request import Request
+from wde_core.stages.request import InputValueError, Request
 
 
 class HFTokenizer:
@@ -73,7 +73,7 @@ class HFTokenizer:
         """Raise naming the first input longer than ``max_model_len``."""
         for request in requests:
             if request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: field 'text' has {request.num_tokens} tokens, more than "
+                raise InputValueError(request.index, f"field 'text' has {request.num_tokens} tokens, more than "
                                  f"max_model_len={self.max_len}; shorten it or pass truncate=True")
 
     def set_prompt_lengths(self, requests: list[Request]) -> None:

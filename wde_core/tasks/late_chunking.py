@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from wde_core.stages.output import finish_for_request
-from wde_core.stages.request import EmbedOptions, Request, TokenEmbedOptions
+from wde_core.stages.request import EmbedOptions, InputTypeError, InputValueError, Request, TokenEmbedOptions
 from wde_core.tasks import Call
 
 RULES = ("sentences", "tokens")
@@ -101,7 +101,7 @@ def text_tokens(context, requests: list[Request]) -> list[tuple[np.ndarray, np.n
     out = []
     for i, request in enumerate(requests):
         if list(encoded["input_ids"][i]) != list(request.token_ids):
-            raise ValueError(f"input {i}: truncate='late' needs the tokenizer stage's token ids to be its fast "
+            raise InputValueError(i, f"truncate='late' needs the tokenizer stage's token ids to be its fast "
                              "tokenizer's; they differ")
         starts = np.array([a for a, _ in encoded["offset_mapping"][i]], dtype=np.int64) - len(request.prompt or "")
         keep = np.flatnonzero((np.array(encoded["special_tokens_mask"][i]) == 0) & (starts >= 0))
@@ -117,7 +117,7 @@ def resolve(context, texts: str | Sequence[str], chunks: Any, *, options: Any, p
     requests = context.input_processor.process(texts, prompt=prompt, prompt_name=prompt_name, options=options)
     bad = next((r.index for r in requests if not isinstance(r.text, str)), None)
     if bad is not None:
-        raise TypeError(f"input {bad}: truncate='late' reads text only")
+        raise InputTypeError(bad, "truncate='late' reads text only")
     docs = [r.text[len(r.prompt or ""):] for r in requests]
     specs = check_chunks(chunks, docs, single, name)
     if context.pipeline.model.st.dense:

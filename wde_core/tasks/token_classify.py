@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from wde_core.stages.request import Request, TokenEmbedOptions
+from wde_core.stages.request import InputValueError, Request, TokenEmbedOptions
 from wde_core.tasks import Call, long_input_policy
 
 AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' AggregationStrategy values
@@ -110,7 +110,7 @@ def tokenize_windows(context, texts: list[str], stride: int | None, truncate: bo
                         token_type_ids=encoded["token_type_ids"][k] if typed else None, owner=owner,
                         offsets=encoded["offset_mapping"][k], special=encoded["special_tokens_mask"][k])
         if window.num_tokens > max_len:
-            raise ValueError(f"input {owner}: field 'text' has {window.num_tokens} tokens, more than "
+            raise InputValueError(owner, f"field 'text' has {window.num_tokens} tokens, more than "
                              f"max_model_len={max_len}; shorten it, pass truncate=True, or stride=N for windows")
         windows.append(window)
     return windows
