@@ -1,12 +1,12 @@
-"""The ``configure`` steps of DeBERTa models: the reranker's score activation, and how attention runs."""
+"""The ``configure`` steps of DeBERTa models: the cross-encoders' score activation, and how attention runs."""
 
 from __future__ import annotations
 
-from wde_reranker.public import choose_activation
+from wde_cross_encoder.public import choose_activation
 
 
 def configure(propose, directory, args) -> None:
-    """Choose the activation as wde-reranker does, and note under ``attention`` how attention is computed."""
+    """Choose the activation as every cross-encoder does (wde-cross-encoder), and note under ``attention`` how attention is computed."""
     choose_activation(propose, directory, args)
     note_attention(propose, directory, args)
 

@@ -1,20 +1,17 @@
 """Registers ModernBERT: ``ModernBertModel`` (and ``ModernBertForMaskedLM`` checkpoints) for the core's embed
-workflow, ``ModernBertForSequenceClassification`` for wde-reranker's ``rerank``/``classify`` workflows and
+workflow, ``ModernBertForSequenceClassification`` for wde-cross-encoder's ``rerank``/``classify`` workflows and
 ``ModernBertForTokenClassification`` for the token_classify task (the core's stages)."""
 
 from __future__ import annotations
 
 from wde_core.plugin_api import ArchitectureLink, hookimpl
+from wde_cross_encoder.public import cross_encoder_links
 
 _P = "wde_modernbert"
 EMBEDDERS = {
     "ModernBertModel": "ModernBERT encoder (gte-modernbert-base, modernbert-embed-base): global + local attention",
     "ModernBertForMaskedLM": "ModernBERT encoder of an MLM checkpoint (the MLM head skipped)",
 }
-VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
-    ("rerank", "single-logit", "wde_reranker.public:has_one_label", "rerank"),
-    ("classify", "several-labels", "wde_reranker.public:has_several_labels", "classify"),
-)
 
 
 @hookimpl
@@ -27,13 +24,10 @@ def wde_register_architectures(register):
             defaults={"pooling": "mean", "normalize": False}, configure=f"{_P}.settings:configure_embed",
             description=description,
         ))
-    for task, variant, matches, workflow in VARIANTS:
-        register(ArchitectureLink(
-            architecture="ModernBertForSequenceClassification", task=task, workflow=workflow,
-            model=f"{_P}.model:ModernBertCrossEncoder", defaults={"pooling": "cls", "normalize": False},
-            variant=variant, matches=matches, configure=f"{_P}.settings:configure_cross_encoder",
-            description=f"ModernBERT cross-encoder ({variant}): {task} (gte-reranker-modernbert-base)",
-        ))
+    for link in cross_encoder_links("ModernBertForSequenceClassification", f"{_P}.model:ModernBertCrossEncoder",
+                                    "ModernBERT cross-encoder ({variant}): {task} (gte-reranker-modernbert-base)",
+                                    configure=f"{_P}.settings:configure_cross_encoder"):
+        register(link)
     register(ArchitectureLink(
         architecture="ModernBertForTokenClassification", task="token_classify", workflow="embed",
         model=f"{_P}.model:ModernBertTokenClassifier", defaults={"pooling": "cls", "normalize": False},

@@ -1,9 +1,9 @@
 """``configure`` steps: say how attention runs (global and local layers, RoPE thetas); for the cross-encoder,
-pool as ``classifier_pooling`` says and pick the score activation as wde-reranker does."""
+pool as ``classifier_pooling`` says and pick the score activation as wde-cross-encoder does."""
 
 from __future__ import annotations
 
-from wde_reranker.public import choose_activation
+from wde_cross_encoder.public import choose_activation
 
 _POOLINGS = ("cls", "mean")
 
@@ -27,7 +27,7 @@ def configure_embed(propose, directory, args) -> None:
 
 def configure_cross_encoder(propose, directory, args) -> None:
     """Suggest pooling as the classification head does (``classifier_pooling``; the engine argument still wins),
-    the score activation as wde-reranker's cross-encoders, and note how attention runs."""
+    the score activation as every cross-encoder (wde-cross-encoder's ``choose_activation``), and note how attention runs."""
     pooling = getattr(directory.config, "classifier_pooling", "cls")
     if pooling not in _POOLINGS:
         raise ValueError(f"ModernBERT: classifier_pooling={pooling!r} is not supported (only cls, mean)")

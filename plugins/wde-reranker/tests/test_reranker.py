@@ -1,6 +1,7 @@
-"""Cross-encoders (wde-reranker): random-weight BERT and XLM-R sequence classifiers against HF logits
-and sentence-transformers' CrossEncoder, and the real all-MiniLM-L6-v2 backbone with a seeded head on
-real query/paragraph pairs."""
+"""BERT cross-encoders (wde-reranker on wde-cross-encoder's workflows and stages): random-weight BERT sequence
+classifiers against HF logits and sentence-transformers' CrossEncoder, the pair stages' truncation and errors,
+and the real all-MiniLM-L6-v2 backbone with a seeded head on real query/paragraph pairs (XLM-R's cross-encoders:
+wde-xlm-roberta's tests)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, XLMRobertaConfig,
-                          XLMRobertaForSequenceClassification)
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from conftest import minilm_path, save_bert_classifier, wiki_paragraphs, write_tokenizer
 from wde_core import Engine, get_plugin_host
@@ -23,18 +23,6 @@ BACKENDS = ["torch_sdpa", "eager"]
 QUERY = "Which animal jumps over the dog?"
 DOCS = ["The quick brown fox jumps over the lazy dog.", "Stock markets fell sharply on Monday.",
         "A fox is a small omnivorous mammal.", "", "dogs " * 400, "The quick brown fox jumps over the lazy dog."]
-XLMR_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "sentencepiece.bpe.model")
-
-
-def save_xlmr_classifier(directory, tokenizer_dir, *, num_labels=1, seed=0):
-    torch.manual_seed(seed)
-    cfg = XLMRobertaConfig(vocab_size=250037, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=98, type_vocab_size=1, pad_token_id=1,
-                           bos_token_id=0, eos_token_id=2, num_labels=num_labels)
-    XLMRobertaForSequenceClassification(cfg).eval().save_pretrained(directory)
-    for name in XLMR_TOKENIZER_FILES:
-        shutil.copy(tokenizer_dir / name, directory / name)
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +30,9 @@ def bert_ce(tmp_path_factory):
     return save_bert_classifier(tmp_path_factory.mktemp("bert-ce"), seed=1)
 
 
-@pytest.fixture(scope="module")
-def xlmr_ce(tmp_path_factory, e5_dirs):
-    return save_xlmr_classifier(tmp_path_factory.mktemp("xlmr-ce"), e5_dirs["xlmr"], seed=2)
-
-
 def hf_logits(directory, pairs, max_length):
     """HF's logits for the pairs: padded batch, documents truncated (``only_second``)."""
-    model = (BertForSequenceClassification if "bert-ce" in str(directory) or "minilm" in str(directory)
-             else XLMRobertaForSequenceClassification).from_pretrained(directory, attn_implementation="eager").eval()
+    model = BertForSequenceClassification.from_pretrained(directory, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(directory)
     batch = tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="only_second",
                       max_length=max_length, return_tensors="pt")
@@ -59,26 +41,24 @@ def hf_logits(directory, pairs, max_length):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", ["bert_ce", "xlmr_ce"])
-def test_logits_match_hf(case, backend, request):
-    directory = request.getfixturevalue(case)
-    engine = Engine(str(directory), device="cpu", attention_backend=backend)
-    assert engine.task == "rerank" and engine.pipeline.link.variant == "single-logit"
+def test_logits_match_hf(bert_ce, backend):
+    engine = Engine(str(bert_ce), device="cpu", attention_backend=backend)
+    assert (engine.task, engine.pipeline.link.variant, engine.pipeline.link.provider) == (
+        "rerank", "single-logit", "wde-reranker")
+    assert engine.pipeline.workflow.provider == "wde-cross-encoder"
     pairs = [(QUERY, d) for d in DOCS] + [("", "empty query"), ("short", "x")]
     ours = engine.score(pairs, raw_scores=True)
-    theirs = hf_logits(directory, pairs, engine.pipeline.settings.max_model_len)[:, 0]
+    theirs = hf_logits(bert_ce, pairs, engine.pipeline.settings.max_model_len)[:, 0]
     assert ours.shape == (len(pairs),) and ours.dtype == np.float32
     assert np.abs(ours - theirs).max() <= TOL
     assert np.abs(engine.score(pairs) - 1 / (1 + np.exp(-theirs))).max() <= TOL  # sigmoid by default
 
 
-@pytest.mark.parametrize("case", ["bert_ce", "xlmr_ce"])
-def test_predict_and_rank_match_sentence_transformers(case, request):
+def test_predict_and_rank_match_sentence_transformers(bert_ce):
     from sentence_transformers import CrossEncoder
 
-    directory = request.getfixturevalue(case)
-    engine = Engine(str(directory), device="cpu")
-    reference = CrossEncoder(str(directory), device="cpu", max_length=engine.pipeline.settings.max_model_len)
+    engine = Engine(str(bert_ce), device="cpu")
+    reference = CrossEncoder(str(bert_ce), device="cpu", max_length=engine.pipeline.settings.max_model_len)
     docs = DOCS[:4] + ["Foxes and dogs are both canids.", "Jumping is a form of locomotion."]
     pairs = [(QUERY, d) for d in docs]
     assert np.abs(engine.score(pairs) - reference.predict(pairs)).max() <= TOL

@@ -1,4 +1,4 @@
-"""Sequence-classification heads on the BERT and XLM-R encoders.
+"""The sequence-classification head on the BERT encoder (XLM-R's is in wde-xlm-roberta).
 
 ``forward`` returns every token's hidden state like any encoder; the worker's pooler pools them (CLS,
 the link's default) and calls ``head(pooled) -> logits [B, num_labels]``, then the activation.
@@ -11,7 +11,6 @@ from torch import nn
 
 from wde_bert.public import BertEncoder
 from wde_core.plugin_api import Linear
-from wde_xlm_roberta.public import XLMRobertaEncoder
 
 
 class BertCrossEncoder(BertEncoder):
@@ -31,20 +30,3 @@ class BertCrossEncoder(BertEncoder):
         """Logits ``[B, num_labels]`` from the pooled (CLS) states."""
         return self.classifier(torch.tanh(self.pooler.dense(pooled)))
 
-
-class XLMRobertaCrossEncoder(XLMRobertaEncoder):
-    """``XLMRobertaForSequenceClassification``: CLS -> classifier.dense, tanh -> classifier.out_proj."""
-
-    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
-
-    skipped_prefixes = ("lm_head.", "embeddings.token_type_ids", "embeddings.position_ids", "pooler.")
-
-    def __init__(self, config, attention, settings=None) -> None:
-        super().__init__(config, attention, settings)
-        self.classifier = nn.Module()
-        self.classifier.dense = Linear(config.hidden_size, config.hidden_size)
-        self.classifier.out_proj = Linear(config.hidden_size, config.num_labels)
-
-    def head(self, pooled: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, num_labels]`` from the pooled (CLS) states."""
-        return self.classifier.out_proj(torch.tanh(self.classifier.dense(pooled)))

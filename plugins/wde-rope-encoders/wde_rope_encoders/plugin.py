@@ -1,10 +1,11 @@
 """Registers the rotary-position encoders (NomicBert, GTE v2) for the core's embed workflow, and their
-``...ForSequenceClassification`` cross-encoders (gte-multilingual-reranker-base style) on wde-reranker's
+``...ForSequenceClassification`` cross-encoders (gte-multilingual-reranker-base style) on wde-cross-encoder's
 ``rerank`` (one label) and ``classify`` (several labels) workflows, by their registered names."""
 
 from __future__ import annotations
 
 from wde_core.plugin_api import ArchitectureLink, hookimpl
+from wde_cross_encoder.public import cross_encoder_links
 
 # architecture -> (pooling when the directory has no sentence-transformers files, description);
 # one model class serves both, configured by the checkpoint's config
@@ -29,22 +30,14 @@ def wde_register_architectures(register):
 
 
 CROSS_ENCODERS = ("GteForSequenceClassification", "NomicBertForSequenceClassification")
-VARIANTS = (  # task, variant, matcher (wde-reranker's), workflow (wde-reranker's)
-    ("rerank", "single-logit", "wde_reranker.public:has_one_label", "rerank"),
-    ("classify", "several-labels", "wde_reranker.public:has_several_labels", "classify"),
-)
 
 
 @hookimpl(specname="wde_register_architectures")
 def register_cross_encoders(register):
     """The cross-encoders rerank with ``num_labels == 1`` and classify with more labels."""
     for architecture in CROSS_ENCODERS:
-        for task, variant, matches, workflow in VARIANTS:
-            register(ArchitectureLink(
-                architecture=architecture, task=task, workflow=workflow,
-                model="wde_rope_encoders.model:RopeCrossEncoder",
-                defaults={"pooling": "cls", "normalize": False}, variant=variant, matches=matches,
-                configure="wde_reranker.public:choose_activation",
-                description=f"{architecture[:-len('ForSequenceClassification')]} cross-encoder ({variant}): {task}; "
-                            "first token -> dense + tanh -> classifier",
-            ))
+        family = architecture[:-len("ForSequenceClassification")]
+        for link in cross_encoder_links(architecture, "wde_rope_encoders.model:RopeCrossEncoder",
+                                        family + " cross-encoder ({variant}): {task}; first token -> dense + tanh "
+                                        "-> classifier"):
+            register(link)

@@ -1,8 +1,10 @@
-"""The XLM-RoBERTa encoder: BERT's layers, RoBERTa's checkpoint names and position offset; its token classifier."""
+"""The XLM-RoBERTa encoder: BERT's layers, RoBERTa's checkpoint names and position offset; its token classifier
+and its sequence-classification head (bge-reranker cross-encoders)."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from wde_bert.public import BertEncoder
 from wde_core.plugin_api import Linear
@@ -43,3 +45,21 @@ class XLMRobertaTokenClassifier(XLMRobertaEncoder):
     def forward(self, model_input) -> torch.Tensor:
         """Per-token logits ``[T, num_labels]``."""
         return self.classifier(super().forward(model_input))
+
+
+class XLMRobertaCrossEncoder(XLMRobertaEncoder):
+    """``XLMRobertaForSequenceClassification``: CLS -> classifier.dense, tanh -> classifier.out_proj."""
+
+    takes_padding_rows = True  # the core's CPU row padding (ModelInput.padding), dropped by the trunk's forward
+
+    skipped_prefixes = ("lm_head.", "embeddings.token_type_ids", "embeddings.position_ids", "pooler.")
+
+    def __init__(self, config, attention, settings=None) -> None:
+        super().__init__(config, attention, settings)
+        self.classifier = nn.Module()
+        self.classifier.dense = Linear(config.hidden_size, config.hidden_size)
+        self.classifier.out_proj = Linear(config.hidden_size, config.num_labels)
+
+    def head(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, num_labels]`` from the pooled (CLS) states."""
+        return self.classifier.out_proj(torch.tanh(self.classifier.dense(pooled)))

@@ -1,14 +1,17 @@
-"""Registers XLM-RoBERTa for the embed task, the bge-m3 variant with its three outputs, and the token
-classifiers for the token_classify task."""
+"""Registers XLM-RoBERTa for the embed task, the bge-m3 variant with its three outputs, the token
+classifiers for the token_classify task and the cross-encoders (bge-reranker) on wde-cross-encoder's
+``rerank``/``classify`` workflows."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, hookimpl
+from wde_cross_encoder.public import cross_encoder_links
 
 PADDING_IDX = 1  # XLM-R's <pad>; positions start at PADDING_IDX + 1 (the link's position_offset)
 
+CROSS_ENCODER = "wde_xlm_roberta.model:XLMRobertaCrossEncoder"
 DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX + 1}
 
 
@@ -16,7 +19,8 @@ DEFAULTS = {"pooling": "cls", "normalize": False, "position_offset": PADDING_IDX
 def wde_register_architectures(register):
     """``XLMRobertaModel`` embeds (pooling from the sentence-transformers files, else CLS); a
     directory with bge-m3's head files is served by the bge-m3 variant; ``*ForTokenClassification``
-    serves the token_classify task."""
+    serves the token_classify task; ``XLMRobertaForSequenceClassification`` reranks with ``num_labels == 1``
+    and classifies with more labels."""
     for architecture in ("XLMRobertaModel", "XLMRobertaForMaskedLM", "RobertaModel", "RobertaForMaskedLM"):
         register(ArchitectureLink(
             architecture=architecture, task="embed", workflow="embed",
@@ -35,6 +39,9 @@ def wde_register_architectures(register):
             model="wde_xlm_roberta.model:XLMRobertaTokenClassifier", defaults=DEFAULTS,
             description="(XLM-)RoBERTa token classifier (NER, PII): per-token logits for classify_tokens",
         ))
+    for link in cross_encoder_links("XLMRobertaForSequenceClassification", CROSS_ENCODER,
+                                    "cross-encoder ({variant}): {task}", defaults={"position_offset": PADDING_IDX + 1}):
+        register(link)
 
 
 @hookimpl
