@@ -16,15 +16,12 @@ bge-base's) whose worker returns zero vectors of the batch's shape instead of ru
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 from common import inputs_of, load_corpus, measure, null_forward, parser, save_bge_base_shape, timed
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: MiniLM's tokenizer
 
 
 def main() -> None:
@@ -33,8 +30,8 @@ def main() -> None:
     options.add_argument("--chunk", type=int, default=512, help="texts per Engine.map chunk")
     args = options.parse_args()
     torch.set_num_threads(args.threads)
-    from conftest import minilm_path
     from wde_core import Engine
+    from wde_plugin_kit.corpus import minilm_path
 
     cores = len(os.sched_getaffinity(0))
     directory = save_bge_base_shape(Path(tempfile.mkdtemp(prefix="bge-base-shape-")), str(minilm_path()))

@@ -17,16 +17,12 @@ a CPU with AVX512-VNNI or AMX to see whether small batches should leave int8 the
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from common import inputs_of, load_corpus, parser
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: the packaged MiniLM
 
 
 def int8_at_every_size(engine) -> int:
@@ -61,8 +57,8 @@ def main() -> None:
     options.add_argument("--repeats", type=int, default=10, help="encodes per engine per round")
     args = options.parse_args()
     torch.set_num_threads(args.threads)
-    from conftest import minilm_path
     from wde_core import Engine
+    from wde_plugin_kit.corpus import minilm_path
     from wde_cpu_kernels import int8
 
     model = str(minilm_path())

@@ -7,12 +7,11 @@ them out). Alternating rounds; prints pair tokens/s medians (tokens of the whole
 Usage: python benchmarks/bench_llm_rerank.py [--docs 100] [--prefix-tokens 200] [--layers 6] [--rounds 3]
 The model is random, with Qwen3-Reranker-0.6B's widths (hidden 1024, 16 heads, 8 key/value heads of 128,
 MLP 3072) and ``--layers`` layers (the model has 28: the ratios do not depend on the depth), and the tests' small
-byte-level BPE tokenizer (``conftest.save_random_reranker``).
+byte-level BPE tokenizer (``wde_plugin_kit.decoders.save_random_reranker``).
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,7 +20,6 @@ import torch
 
 from common import load_corpus, measure, parser, timed
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: the model builders
 
 QWEN3_06B = dict(hidden_size=1024, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
                  intermediate_size=3072, max_position_embeddings=1024)
@@ -34,7 +32,7 @@ def save_models(root: Path, layers: int) -> tuple[Path, Path]:
     """The random reranker (``Qwen3ForCausalLM``) and its CrossEncoder conversion (``Qwen3ForSequenceClassification``)."""
     from transformers import AutoTokenizer, Qwen3ForCausalLM, Qwen3ForSequenceClassification
 
-    from conftest import save_random_reranker
+    from wde_plugin_kit.decoders import save_random_reranker
 
     causal = save_random_reranker(root / "Qwen3-Reranker-bench", tied=False, seed=0, num_hidden_layers=layers,
                                   **QWEN3_06B)

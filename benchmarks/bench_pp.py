@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from common import load_corpus, measure, parser, timed
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: the model builder
 
 
 def add_options(options) -> None:
@@ -37,7 +34,7 @@ def add_options(options) -> None:
 
 def save_deep_decoder(directory: Path, layers: int, hidden: int) -> Path:
     """A random Qwen2-shaped decoder (GQA: hidden/32 heads, a quarter of them key/value heads) with the tiny BPE."""
-    from conftest import save_random_decoder
+    from wde_plugin_kit.decoders import save_random_decoder
 
     heads = max(hidden // 32, 4)
     return save_random_decoder(directory, "qwen2", seed=0, num_hidden_layers=layers, hidden_size=hidden,

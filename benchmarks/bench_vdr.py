@@ -22,7 +22,6 @@ GEMM peak of this machine at each of those shapes, and bounds the ratio wde coul
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -31,7 +30,6 @@ import torch
 
 from common import load_corpus, measure, parser
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's conftest: the model builder
 
 TEXT = dict(hidden_size=1536, num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
             max_position_embeddings=32768,
@@ -90,7 +88,7 @@ def build_model(args, tmp: Path) -> tuple:
     """The random model of ``args.model`` saved under ``tmp``: its directory, transformers' model and processor."""
     import transformers
 
-    from conftest import save_random_colpali, save_random_colqwen2
+    from wde_plugin_kit.vision_language import save_random_colpali, save_random_colqwen2
 
     if args.model == "colpali":
         directory = save_random_colpali(tmp / "colpali-shape", text={**PALI_TEXT, "num_hidden_layers": args.text_layers},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import random_images, save_random_clip
+from wde_plugin_kit.image_builders import random_images, save_random_clip
 from wde_core import Engine
 from wde_core.cli.main import cli
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from conftest import CPU_BACKENDS, save_random_bert
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.encoders import save_random_bert
 from wde_plugin_kit.packed import random_requests, reference_states, wde_states
 from wde_core import Engine
 

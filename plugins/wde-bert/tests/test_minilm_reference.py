@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import wiki_paragraphs
+from wde_plugin_kit.corpus import wiki_paragraphs
 from wde_core import Engine
 
 N_PARAGRAPHS = 512

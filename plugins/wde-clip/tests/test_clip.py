@@ -14,7 +14,9 @@ import pytest
 import torch
 import transformers
 
-from conftest import CPU_BACKENDS, cosines, random_images, save_random_clip
+from wde_plugin_kit.corpus import cosines
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images, save_random_clip
 from wde_core import Engine
 from wde_plugin_kit.serve import WDE
 

@@ -9,9 +9,8 @@ import torch
 from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
 
-from conftest import random_images, save_random_clip
-from wde_clip.images import load_image
-from wde_clip.pixels import exact_preprocessor
+from wde_plugin_kit.image_builders import random_images, save_random_clip
+from wde_images.public import exact_preprocessor, load_image
 from wde_core import Engine
 from wde_core.plugin_api import as_image_input
 

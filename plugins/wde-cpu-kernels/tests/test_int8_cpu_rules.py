@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import cpu_flags, proc_cpuinfo, proc_cpuinfo_flags
+from wde_plugin_kit.cpu_info import cpu_flags, proc_cpuinfo, proc_cpuinfo_flags
 from wde_core.plugin_api import Linear
 from wde_cpu_kernels import int8
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from conftest import cosines, save_random_bert, wiki_paragraphs
+from wde_plugin_kit.corpus import cosines, wiki_paragraphs
+from wde_plugin_kit.encoders import save_random_bert
 from wde_core import Engine
 from wde_core.plugin_api import Linear
 from wde_cpu_kernels import int8
@@ -115,7 +116,7 @@ def test_real_e5_xlmr_int8_stays_within_cosine_099(e5_dirs):
 def test_a_decoder_embedder_stays_within_cosine_099(tmp_path, family):
     """A random-weight decoder (GQA, SwiGLU, RMSNorm, last-token pooling): its gate/up and attention projections
     in int8 at one scale per batch, the down projections at one scale per token."""
-    from conftest import save_random_decoder
+    from wde_plugin_kit.decoders import save_random_decoder
 
     directory = save_random_decoder(tmp_path / family, family)
     texts = wiki_paragraphs(40)

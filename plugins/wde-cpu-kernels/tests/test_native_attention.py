@@ -13,7 +13,8 @@ import pytest
 import torch
 from transformers import BertModel
 
-from conftest import cpu_flags, proc_cpuinfo, save_random_bert
+from wde_plugin_kit.cpu_info import cpu_flags, proc_cpuinfo
+from wde_plugin_kit.encoders import save_random_bert
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.attention.eager import EagerAttention

@@ -12,7 +12,8 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, DebertaV2Config, DebertaV2ForSequenceClassification
 
-from conftest import CPU_BACKENDS, random_sequences, run_raw
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.encoders import random_sequences, run_raw
 from wde_core import Engine
 from wde_core.cli.main import cli
 from wde_plugin_kit import save_random_model

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, DECODER_VOCAB as VOCAB, write_decoder_tokenizer
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.decoders import DECODER_VOCAB as VOCAB, write_decoder_tokenizer
 from wde_core import Engine
 
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModel, Gemma3TextConfig
 
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.packed import packed_diff, random_requests
-from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_plugin_kit import save_random_model
 

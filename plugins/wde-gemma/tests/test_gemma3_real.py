@@ -18,7 +18,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import cosines, gguf_to_hf, padded_batches, wiki_paragraphs
+from wde_plugin_kit.corpus import cosines, padded_batches, wiki_paragraphs
+from wde_plugin_kit.gguf_dirs import gguf_to_hf
 from wde_core import Engine
 
 pytestmark = pytest.mark.slow

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from transformers import (ModernBertConfig, ModernBertForMaskedLM, ModernBertForSequenceClassification,
                           ModernBertModel)
 
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.packed import packed_diff, random_requests
-from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli.main import cli
 from wde_core.plugin_api import Request, ScoreOptions

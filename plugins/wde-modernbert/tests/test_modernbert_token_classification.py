@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from transformers import ModernBertConfig, ModernBertForTokenClassification
 
-from conftest import CPU_BACKENDS
 from wde_plugin_kit import save_random_model
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.token_classification import (STRATEGIES, check_bf16, check_entities, check_packed_logits,
                                                 check_stride_windows, label_maps, token_classifier_case)
 

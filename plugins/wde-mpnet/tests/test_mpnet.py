@@ -223,7 +223,7 @@ def all_mpnet_dir(tmp_path_factory):
 def test_real_all_mpnet_base_v2_matches_sentence_transformers(all_mpnet_dir):
     from sentence_transformers import SentenceTransformer
 
-    from conftest import wiki_paragraphs
+    from wde_plugin_kit.corpus import wiki_paragraphs
 
     engine = Engine(str(all_mpnet_dir), device="cpu", dtype="float32")
     settings = engine.pipeline.settings

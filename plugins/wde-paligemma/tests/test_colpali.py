@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_colpali
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_colpali
 from wde_core import Engine
 
 QUERIES = ["what is the revenue in 2023?", "a chart of rainfall by month", "who signed the treaty"]
@@ -76,7 +78,7 @@ def test_maxsim_scores_match_score_retrieval(colpali):
         scores = engine.multi_vector_scores(QUERIES, pages)
         one = engine.multi_vector_scores(QUERIES[1], pages)
         ranked = engine.multi_vector_rerank(QUERIES[1], pages, top_n=3)
-    from wde_qwen2_vl.public import maxsim
+    from wde_late_interaction.public import maxsim
 
     assert np.abs(maxsim(queries, docs) - expected).max() <= 1e-4
     print(f"MaxSim: max abs diff {np.abs(scores - expected).max():.2e} (scores span {np.ptp(expected):.3f})")

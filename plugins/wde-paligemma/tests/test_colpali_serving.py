@@ -12,7 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import random_images, save_random_colpali
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_colpali
 from wde_core import Engine
 from wde_plugin_kit.serve import ServeProcess
 

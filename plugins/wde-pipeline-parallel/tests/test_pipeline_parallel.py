@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (minilm_path, save_bert_classifier, save_random_bert, save_random_decoder,
-                      save_random_reranker, wiki_paragraphs)
+from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
+from wde_plugin_kit.decoders import save_random_decoder, save_random_reranker
+from wde_plugin_kit.encoders import save_bert_classifier, save_random_bert
 from wde_core import AsyncEngine, Engine, assemble_pipeline
 from wde_core.runtime.engine import BatchError
 from wde_pipeline_parallel.executor import StageDiedError

@@ -1,5 +1,6 @@
 """wde-qwen2-bidir's decoder tests: HF reference states (causal, or bidirectional via a 4D mask) and wde's for
-random token sequences; the random Qwen2, Llama and Mistral directories and their tiny BPE come from the conftest."""
+random token sequences; the random Qwen2, Llama and Mistral directories and their tiny BPE come from
+wde_plugin_kit.decoders."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 
 import torch
 
-from conftest import DECODER_CONFIGS as CONFIGS, DECODER_VOCAB as VOCAB, EOS, PAD  # noqa: F401 - re-exported
-from conftest import save_random_decoder, write_decoder_tokenizer  # noqa: F401 - re-exported
+from wde_plugin_kit.decoders import (DECODER_CONFIGS as CONFIGS, DECODER_VOCAB as VOCAB,  # noqa: F401 - re-exported
+                                     EOS, PAD)
+from wde_plugin_kit.decoders import save_random_decoder, write_decoder_tokenizer  # noqa: F401 - re-exported
 from wde_core.plugin_api import Request
 
 

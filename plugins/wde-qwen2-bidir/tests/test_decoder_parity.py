@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from decoder_fixtures import (CONFIGS, hf_states, load_reference, random_token_lists, save_random_decoder,
                               wde_states)
-from conftest import CPU_BACKENDS
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_core import Engine
 
 BACKENDS = CPU_BACKENDS

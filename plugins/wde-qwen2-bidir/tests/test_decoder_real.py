@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cosines, gguf_to_hf, package_dir, padded_batches, wiki_paragraphs
+from wde_plugin_kit.corpus import cosines, padded_batches, wiki_paragraphs
+from wde_plugin_kit.gguf_dirs import gguf_to_hf, package_dir
 from decoder_fixtures import load_reference
 from wde_core import Engine
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from conftest import CPU_BACKENDS, RERANKER_CONFIG as CONFIG, save_random_reranker
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.decoders import RERANKER_CONFIG as CONFIG, save_random_reranker
 from wde_core import Engine, assemble_pipeline
 from wde_core.cli.main import cli
 from wde_qwen2_bidir.prompts import qwen3_rerank_text

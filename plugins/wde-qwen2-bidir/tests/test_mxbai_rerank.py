@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, save_random_reranker
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.decoders import save_random_reranker
 from wde_core import Engine
 
 PAIRS = [("what is a panda?", "The giant panda is a bear native to China."),

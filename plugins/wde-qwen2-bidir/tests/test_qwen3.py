@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from decoder_fixtures import (VOCAB, hf_states, load_reference, random_token_lists, wde_states,
                               write_decoder_tokenizer)
-from conftest import CPU_BACKENDS
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_core import Engine, assemble_pipeline
 from wde_qwen2_bidir.prompts import qwen3_query_prompt
 

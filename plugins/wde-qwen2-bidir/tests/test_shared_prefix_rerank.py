@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import CPU_BACKENDS, save_random_reranker
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.decoders import save_random_reranker
 from wde_core import Engine
 from wde_core.plugin_api import Request
 

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_colqwen2
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_colqwen2
 from wde_core import Engine
 
 QUERIES = ["what is the revenue in 2023?", "a chart of rainfall by month", "who signed the treaty"]
@@ -67,7 +69,7 @@ def test_maxsim_scores_match_score_retrieval(colqwen2):
     pages = random_images(3, seed=9)
     with Engine(str(directory), device="cpu") as engine:
         queries, docs = engine.encode(QUERIES, output="multi_vector"), engine.encode(pages, output="multi_vector")
-    from wde_qwen2_vl.public import maxsim
+    from wde_late_interaction.public import maxsim
 
     expected = processor.score_retrieval([torch.from_numpy(q) for q in queries], [torch.from_numpy(d) for d in docs])
     got = maxsim(queries, docs)

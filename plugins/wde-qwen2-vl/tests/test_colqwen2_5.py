@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_colqwen2_5
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_colqwen2_5
 from test_colqwen2 import QUERIES, reference_vectors
 from wde_core import Engine
 
@@ -39,7 +41,7 @@ def mixed(colqwen2_5):
 def test_window_order_follows_get_vision_window_index(grids):
     from transformers.vision_utils import get_vision_window_index
 
-    from wde_qwen2_vl.window_vision import window_order
+    from wde_vision_language.public import window_order
 
     expected, cu_expected = get_vision_window_index(torch.tensor(grids), spatial_merge_size=2, window_size=56,
                                                     patch_size=14)
@@ -61,7 +63,7 @@ def test_queries_and_pages_match_colqwen2_for_retrieval(colqwen2_5, mixed, backe
     worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
     print(f"{backend}: max abs diff {worst:.2e} over {sum(len(e) for e in expected)} token vectors")
     assert worst <= 1e-4
-    from wde_qwen2_vl.window_vision import window_order
+    from wde_vision_language.public import window_order
 
     pages = [item for item in items if not isinstance(item, str)]
     windows = [window_order([grid], 2, 2)[1] for grid in processor.process_images(pages)["image_grid_thw"].tolist()]

@@ -18,7 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import random_images, save_random_colqwen2, save_random_qwen2_vl
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_colqwen2, save_random_qwen2_vl
 from wde_core import Engine
 from wde_plugin_kit.serve import ServeProcess
 

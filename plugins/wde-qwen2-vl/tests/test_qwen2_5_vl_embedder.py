@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_qwen2_5_vl
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import save_random_qwen2_5_vl
 from test_qwen2_vl_embedder import VISION, Processor, reference_vector
 from wde_core import Engine
 
@@ -56,7 +58,7 @@ def test_bfloat16_stays_within_the_stated_tolerance(qwen2_5_vl):
 
 def test_image_positions_follow_qwen2_5_get_rope_index(qwen2_5_vl):
     directory, reference, processor, _, _ = qwen2_5_vl
-    from wde_qwen2_vl.public import mrope_positions
+    from wde_vision_language.public import mrope_positions
 
     assert reference.config.vision_config.tokens_per_second != 1  # would scale a video's temporal positions
     for picture in random_images(6, seed=1)[3:]:

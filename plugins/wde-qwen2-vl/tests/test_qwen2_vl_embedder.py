@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, QWEN_VL_CHAT_TEMPLATE, chat_framed, random_images, save_random_qwen2_vl
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import QWEN_VL_CHAT_TEMPLATE, chat_framed, save_random_qwen2_vl
 from wde_core import Engine
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -115,7 +117,7 @@ def test_bfloat16_stays_within_the_stated_tolerance(qwen2_vl):
 
 def test_multimodal_positions_follow_get_rope_index(qwen2_vl):
     directory, reference, processor = qwen2_vl
-    from wde_qwen2_vl.public import mrope_positions
+    from wde_vision_language.public import mrope_positions
 
     inputs = processor(VISION + "after the picture", random_images(5, seed=1)[4])
     expected, _ = reference.get_rope_index(inputs["input_ids"], inputs["mm_token_type_ids"],

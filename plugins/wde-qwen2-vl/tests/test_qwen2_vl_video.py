@@ -1,7 +1,7 @@
 """Videos (as their frames) on the Qwen2-VL and Qwen2.5-VL single-vector embedders, against transformers'
 ``Qwen2VLModel`` / ``Qwen2_5_VLModel`` given ``pixel_values_videos``: the last token's state within 1e-4 in fp32, with
 texts and images in the same call. The reference pixels are laid out as ``Qwen2VLVideoProcessor._preprocess`` does
-(transcribed in the root conftest's ``video_pixels``: that processor needs torchvision, which this torch cannot
+(transcribed in wde_plugin_kit.image_builders' ``video_pixels``: that processor needs torchvision, which this torch cannot
 take), from frames at a size it keeps;
 Qwen2.5-VL's temporal positions take ``second_per_grid_ts`` = 2 / fps, as ``Qwen2_5_VLProcessor`` computes it. The
 videos compared are no longer in time than in rows or columns: past that, the text after a video starts one past its largest
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (CPU_BACKENDS, clip_frames, random_images, save_random_qwen2_5_vl, save_random_qwen2_vl,
-                      video_pixels, video_reference_vector)
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import clip_frames, random_images, video_pixels, video_reference_vector
+from wde_plugin_kit.vision_language import save_random_qwen2_5_vl, save_random_qwen2_vl
 from test_qwen2_vl_embedder import Processor, reference_vector
 from wde_core import Engine
 
@@ -40,7 +41,7 @@ def qwen2_vl(tmp_path_factory):
 
 def test_the_frames_are_laid_out_as_the_video_processor_does(qwen2_vl):
     directory, _, processor = qwen2_vl
-    from wde_qwen2_vl.video import frame_groups
+    from wde_vision_language.public import frame_groups
 
     frames = clip_frames(5, seed=1)
     per_frame = [processor.images(images=[f], return_tensors="pt")["pixel_values"] for f in frames]
@@ -85,7 +86,7 @@ def test_qwen2_5_vl_video_positions_take_the_frame_rate(tmp_path):
 
 
 def test_temporal_positions_and_the_text_after_a_video():
-    from wde_qwen2_vl.public import mrope_positions
+    from wde_vision_language.public import mrope_positions
 
     image, video = 5, 6
     ids = [1, 2, *[video] * 16, 3, 4]  # text, a video of 4 groups of 2 x 2 merged blocks, text

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import QWEN_VL_CHAT_TEMPLATE, chat_framed, random_images, save_random_qwen3_vl
+from qwen3_vl_builders import save_random_qwen3_vl
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import QWEN_VL_CHAT_TEMPLATE, chat_framed
 from test_qwen3_vl_embedder import Processor
 from wde_core import Engine
 

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CPU_BACKENDS, random_images, save_random_qwen3_vl
+from qwen3_vl_builders import save_random_qwen3_vl
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import random_images
 from wde_core import Engine
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -121,7 +123,7 @@ def test_interleaved_rotary_equals_qwen3_vl_text_rotary():
 
 def test_image_positions_follow_qwen3_vl_get_rope_index(qwen3_vl):
     _, reference, processor, _, _ = qwen3_vl
-    from wde_qwen2_vl.public import mrope_positions
+    from wde_vision_language.public import mrope_positions
 
     for picture in random_images(6, seed=1)[3:]:
         inputs = processor("before " + VISION + "after the picture", picture)

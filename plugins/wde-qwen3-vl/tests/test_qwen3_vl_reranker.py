@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_images, save_random_qwen3_vl
+from qwen3_vl_builders import save_random_qwen3_vl
+from wde_plugin_kit.image_builders import random_images
 from test_qwen3_vl_embedder import VISION, Processor
 from wde_core import Engine
 

@@ -13,7 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import QWEN_VL_CHAT_TEMPLATE, random_images, save_random_qwen3_vl
+from qwen3_vl_builders import save_random_qwen3_vl
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.vision_language import QWEN_VL_CHAT_TEMPLATE
 from wde_core import Engine
 from wde_plugin_kit.serve import ServeProcess
 

@@ -3,7 +3,7 @@
 writes it (``<t seconds>``, the group's own ``<|vision_start|>`` ... ``<|vision_end|>``, inside the video's
 placeholder),
 the timestamps from the frame rate as its ``_calculate_timestamps`` computes them; the last token's state within 1e-4
-in fp32, with texts and images in the same call. The reference pixels are the root conftest's ``video_pixels`` (the
+in fp32, with texts and images in the same call. The reference pixels are wde_plugin_kit.image_builders' ``video_pixels`` (the
 video processor's layout; the processor needs torchvision)."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import (CPU_BACKENDS, QWEN_VL_CHAT_TEMPLATE, chat_framed, clip_frames, random_images,
-                      save_random_qwen3_vl, video_pixels, video_reference_vector)
+from qwen3_vl_builders import save_random_qwen3_vl
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.image_builders import clip_frames, random_images, video_pixels, video_reference_vector
+from wde_plugin_kit.vision_language import QWEN_VL_CHAT_TEMPLATE, chat_framed
 from test_qwen3_vl_embedder import Processor, reference_vector
 from wde_core import Engine
 
@@ -49,7 +51,7 @@ def qwen3_vl(tmp_path_factory):
 
 
 def test_group_timestamps_are_the_processors():
-    from wde_qwen2_vl.public import group_times
+    from wde_vision_language.public import group_times
 
     assert group_times(4, 2.0, 2) == [0.25, 1.25]  # "<0.2 seconds>", "<1.2 seconds>": qwen-vl-utils' frame lists
     assert group_times(5, 1.0, 2) == timestamps(5, 1.0) == [0.5, 2.5, 4.0]

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from click.testing import CliRunner  # noqa: E402
 
-from conftest import WIKI  # noqa: E402
-from conftest import save_bert_classifier  # noqa: E402
+from wde_plugin_kit.corpus import WIKI_NAME, shared_dir  # noqa: E402
+from wde_plugin_kit.encoders import save_bert_classifier  # noqa: E402
 from wde_core import Engine, get_plugin_host  # noqa: E402
 from wde_core.cli.main import cli  # noqa: E402
 
@@ -49,7 +49,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    with open(WIKI, encoding="utf-8") as f:
+    with open(shared_dir() / WIKI_NAME, encoding="utf-8") as f:
         items = [json.loads(line) for _, line in zip(range(N), f)]
     return [{"id": f"p{i}", "title": item["title"], "text": item["text"], "n": i} for i, item in enumerate(items)]
 
@@ -318,7 +318,7 @@ def test_options_and_bge_m3_outputs_pass_through(local_ray, rows, tmp_path):
 
 
 def test_embed_dataset_writes_splade_sparse_outputs(local_ray, rows, tmp_path):
-    from conftest import save_mlm, save_splade
+    from wde_plugin_kit.encoders import save_mlm, save_splade
 
     model = str(save_splade(tmp_path / "splade", save_mlm(tmp_path / "mlm")))
     items = [{"id": r["id"], "text": r["text"]} for r in rows[:24]]
@@ -345,7 +345,7 @@ def _sparse_items(value):
 @pytest.fixture(scope="module")
 def clip_images(tmp_path_factory) -> tuple[str, list]:
     """A tiny random CLIP and 12 PNG files of odd sizes and modes."""
-    from conftest import random_images, save_random_clip
+    from wde_plugin_kit.image_builders import random_images, save_random_clip
 
     root = tmp_path_factory.mktemp("clip")
     paths = []

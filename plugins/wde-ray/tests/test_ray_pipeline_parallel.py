@@ -11,7 +11,8 @@ ray = pytest.importorskip("ray")
 
 import wde_ray  # noqa: E402
 
-from conftest import save_random_bert, wiki_paragraphs  # noqa: E402
+from wde_plugin_kit.corpus import wiki_paragraphs  # noqa: E402
+from wde_plugin_kit.encoders import save_random_bert  # noqa: E402
 from wde_core import Engine  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -12,8 +12,8 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, ElectraConfig, ElectraForSequenceClassification, ElectraModel
 
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.packed import random_requests, reference_states, wde_states
-from conftest import CPU_BACKENDS
 from wde_core import Engine
 from wde_core.cli.main import cli
 from wde_plugin_kit import assert_matches_hf, save_random_model

@@ -14,7 +14,8 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from conftest import minilm_path, save_bert_classifier, wiki_paragraphs, write_tokenizer
+from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
+from wde_plugin_kit.encoders import save_bert_classifier, write_tokenizer
 from wde_core import Engine, get_plugin_host
 from wde_core.cli.main import cli
 

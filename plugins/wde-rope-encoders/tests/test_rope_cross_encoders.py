@@ -10,7 +10,7 @@ import torch
 from transformers import (GteConfig, GteForSequenceClassification, NomicBertConfig,
                           NomicBertForSequenceClassification)
 
-from conftest import random_sequences, run_raw
+from wde_plugin_kit.encoders import random_sequences, run_raw
 from wde_core import Engine
 from wde_plugin_kit import save_random_model
 

@@ -14,7 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import minilm_path, random_images, save_random_clip
+from wde_plugin_kit.corpus import minilm_path
+from wde_plugin_kit.image_builders import random_images, save_random_clip
 from wde_plugin_kit.serve import ServeProcess
 from wde_core import Engine
 

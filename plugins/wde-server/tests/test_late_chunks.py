@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import minilm_path, wiki_paragraphs
+from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
 from wde_core import Engine
 from wde_core.plugin_api import late_chunk_spans
 from wde_plugin_kit.serve import ServeProcess

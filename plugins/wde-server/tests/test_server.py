@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from sentence_transformers.util.quantization import quantize_embeddings
 
-from conftest import minilm_path, save_bert_classifier, wiki_paragraphs
+from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
+from wde_plugin_kit.encoders import save_bert_classifier
 from wde_plugin_kit.serve import ServeProcess
 from wde_core import Engine
 

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import minilm_path
+from wde_plugin_kit.corpus import minilm_path
 from wde_plugin_kit.serve import WDE, ServeProcess
 
 KEYS = {"keys": [{"name": "open", "key": "k-open"},

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from conftest import minilm_path
+from wde_plugin_kit.corpus import minilm_path
 from wde_plugin_kit.serve import ServeProcess, free_port
 from wde_server.options import ServerOptions
 

@@ -23,7 +23,8 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import minilm_path, save_bert_classifier, wiki_paragraphs
+from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
+from wde_plugin_kit.encoders import save_bert_classifier
 from wde_plugin_kit.serve import ServeProcess
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import minilm_path
+from wde_plugin_kit.corpus import minilm_path
 from wde_plugin_kit.serve import ServeProcess
 from test_server_hostile import rss_bytes
 from test_server_load import (CLIENTS, EMBEDDER, RERANKER, Reference, Stats, bad, batch, close, ref,  # noqa: F401

@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from conftest import minilm_path
+from wde_plugin_kit.corpus import minilm_path
 from wde_plugin_kit.serve import ServeProcess
 
 TEI = ("/embed", "/embed_sparse", "/embed_all", "/rerank", "/predict", "/similarity", "/tokenize", "/decode")

@@ -1,7 +1,6 @@
 """Tiny random SPLADE directories saved by sentence-transformers' ``SparseEncoder`` (no hub), and their fixtures,
-imported by each test module (a ``conftest.py`` here would shadow the repository's root ``conftest`` module that
-other plugins' tests import from). ``save_mlm`` and ``save_splade`` live in the root conftest: wde-ray's tests use
-them too."""
+imported by each test module by name (pytest puts this tests folder on ``sys.path``). ``save_mlm`` and
+``save_splade`` live in wde_plugin_kit.encoders: wde-ray's tests use them too."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import save_mlm, save_splade
+from wde_plugin_kit.encoders import save_mlm, save_splade
+
 
 def save_router(directory, mlm, pooling="max", activation="log1p_relu"):
     """An inference-free model: query route ``SparseStaticEmbedding`` with random IDF weights (zero for a few

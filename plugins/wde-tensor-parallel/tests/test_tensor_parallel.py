@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DECODER_VOCAB, save_random_bert, save_random_decoder, wiki_paragraphs, write_decoder_tokenizer
+from wde_plugin_kit.corpus import wiki_paragraphs
+from wde_plugin_kit.decoders import DECODER_VOCAB, save_random_decoder, write_decoder_tokenizer
+from wde_plugin_kit.encoders import save_random_bert
 from wde_core import Engine, assemble_pipeline
 from wde_core.runtime.engine import BatchError
 from wde_tensor_parallel.executor import RankDiedError
@@ -211,7 +213,7 @@ def test_nccl_two_gpus_equal_one(tmp_path):
 
 @pytest.mark.slow
 def test_smollm2_split_across_three_ranks_equals_one(smollm2_dir):
-    """SmolLM2-135M-Instruct (the root conftest's, converted once a session): its 9 heads cannot be split across 2
+    """SmolLM2-135M-Instruct (wde_plugin_kit's ``smollm2_dir`` fixture, converted once a session): its 9 heads cannot be split across 2
     ranks (refused); 3 ranks give the single-process embeddings."""
     with pytest.raises(TensorParallelError, match="num_attention_heads=9 is not divisible by tensor_parallel_size=2"):
         assemble_pipeline(str(smollm2_dir), **TP, max_model_len=128)

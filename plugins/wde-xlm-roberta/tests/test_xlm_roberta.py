@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer, XLMRobertaModel
 
-from conftest import CPU_BACKENDS, save_random_xlmr, write_tokenizer
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
+from wde_plugin_kit.encoders import save_random_xlmr, write_tokenizer
 from wde_plugin_kit.packed import random_requests, reference_states, wde_states
 from wde_core import Engine
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from transformers import XLMRobertaConfig, XLMRobertaForTokenClassification
 
-from conftest import CPU_BACKENDS
 from wde_plugin_kit import save_random_model
+from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.token_classification import (STRATEGIES, TEXTS, TOL, assert_same_entities, check_bf16,
                                                 check_entities, check_packed_logits, check_stride_windows, label_maps,
                                                 reference_logits, token_classifier_case)
