@@ -30,7 +30,9 @@ def load_hf_model(model_dir) -> Any:
 
 
 def hf_token_states(hf_model, tokenizer, texts: Sequence[str], max_len: int) -> list[np.ndarray]:
-    """HF ``last_hidden_state`` of each text, one text at a time (no padding), truncated to ``max_len``."""
+    """HF ``last_hidden_state`` of each text, one text at a time (no padding), truncated to ``max_len``; a model that
+    does not run as an encoder on the tokenizer's inputs (``AutoModel`` picks ``T5Model``, decoder included, for a T5
+    config) raises ``ValueError`` saying to pass the right reference as ``hf_model=``."""
     import torch
 
     states = []
@@ -38,7 +40,14 @@ def hf_token_states(hf_model, tokenizer, texts: Sequence[str], max_len: int) -> 
         encoded = tokenizer(text, truncation=True, max_length=max_len, return_tensors="pt")
         inputs = {k: v for k, v in encoded.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
         with torch.inference_mode():
-            states.append(hf_model(**inputs).last_hidden_state[0].float().numpy())
+            try:
+                output = hf_model(**inputs)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"the HF reference {type(hf_model).__name__} does not run as an encoder of "
+                                 f"{sorted(inputs)} ({exc}): AutoModel is the wrong reference for this config; "
+                                 "pass the model to compare with as hf_model= (e.g. T5EncoderModel.from_pretrained("
+                                 "model_dir) for a T5 encoder)") from exc
+            states.append(output.last_hidden_state[0].float().numpy())
     return states
 
 
