@@ -4,15 +4,15 @@ file's folder; a ``data:image/...;base64,`` URL; Parquet bytes) as the engine's 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import click
 
+from wde_core.plugin_api import InputError
+
 DATA_URL = "data:"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
-_INPUT_PREFIX = re.compile(r"^input (\d+): ")
 
 
 def image_item(value: Any, base: Path, field: str) -> Any:
@@ -65,12 +65,12 @@ def pick(where: str, text: Any, image: Any, fields: tuple[str, str], base: Path)
 
 
 def renamed(exc: Exception, labels: Sequence[str | None]) -> Exception:
-    """``exc`` with its leading ``input N:`` replaced by where input N came from (``in.jsonl line 4``,
-    ``--image cat.png``), when that is known."""
-    match = _INPUT_PREFIX.match(str(exc))
-    if not match or int(match.group(1)) >= len(labels) or labels[int(match.group(1))] is None:
+    """An ``InputError`` ``exc`` with its leading ``input N:`` replaced by where input N came from (``in.jsonl line
+    4``, ``--image cat.png``), when that is known (by its ``index``); another error as it is."""
+    index = exc.index if isinstance(exc, InputError) else None
+    if index is None or index >= len(labels) or labels[index] is None:
         return exc
-    return type(exc)(f"{labels[int(match.group(1))]}: {str(exc)[match.end():]}")
+    return type(exc)(f"{labels[index]}: {exc.detail}")
 
 
 def _shown(value: Any) -> str:

@@ -10,8 +10,9 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, ModelInput, Request,
-                                 TextInputProcessor, TokenEmbedOptions, as_image_input, move_to)
+from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, InputTypeError,
+                                 InputValueError, ModelInput, Request, TextInputProcessor, TokenEmbedOptions,
+                                 as_image_input, move_to)
 from wde_clip.images import load_image
 from wde_clip.pixels import exact_preprocessor
 from wde_clip.towers import pooled_token
@@ -48,14 +49,14 @@ class ImageTextInputProcessor(TextInputProcessor):
         """The request for one item, or a ``TypeError``/``ValueError`` naming it."""
         if isinstance(item, str):
             if self.towers.text is None:
-                raise ValueError(f"input {index}: a text, but this model has only a vision tower; pass images")
+                raise InputValueError(index, "a text, but this model has only a vision tower; pass images")
             return Request(index, (prompt or "") + item, options, prompt)
         image = as_image_input(item)
         if image is None:
-            raise TypeError(f"input {index}: expected a str (text) or an image (PIL image, pathlib.Path, bytes or "
+            raise InputTypeError(index, f"expected a str (text) or an image (PIL image, pathlib.Path, bytes or "
                             f"{{'image': ...}}), got {type(item).__name__}")
         if self.towers.vision is None:
-            raise ValueError(f"input {index}: an image, but this model has only a text tower; pass texts")
+            raise InputValueError(index, "an image, but this model has only a text tower; pass texts")
         return Request(index, None, options, image=image)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from wde_core.plugin_api import HFTokenizer, Request
+from wde_core.plugin_api import HFTokenizer, InputValueError, Request
 from wde_gemma.model import GemmaEmbedder
 from wde_qwen2_bidir.public import AnswerRows, mark_shared_prefixes, name_match, require_answer_at_last_token
 
@@ -79,7 +79,7 @@ class BgeGemmaRerankTokenizer(HFTokenizer):
                 passage = passage[: self.room - len(query) - len(self.sep)]
             request.token_ids = query + self.sep + passage + self.tail
             if truncate is False and request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
+                raise InputValueError(request.index, f"the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
         mark_shared_prefixes(requests, self.pipeline)
 

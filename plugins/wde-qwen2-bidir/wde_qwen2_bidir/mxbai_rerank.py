@@ -7,7 +7,7 @@ Recognised by the ``mxbai-rerank-v2`` variant (``mxbai-rerank`` in the model's n
 
 from __future__ import annotations
 
-from wde_core.plugin_api import HFTokenizer, Request
+from wde_core.plugin_api import HFTokenizer, InputValueError, Request
 from wde_qwen2_bidir import prompts as p
 from wde_qwen2_bidir.llm_rerank import name_match, require_answer_at_last_token
 from wde_qwen2_bidir.rerank_stages import mark_shared_prefixes
@@ -61,7 +61,7 @@ class MxbaiRerankTokenizer(HFTokenizer):
                 document = document[: self.room - len(query) - len(self.sep)]
             request.token_ids = self.prefix + query + self.sep + document + self.tail
             if truncate is False and request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
+                raise InputValueError(request.index, f"the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
         mark_shared_prefixes(requests, self.pipeline)
 

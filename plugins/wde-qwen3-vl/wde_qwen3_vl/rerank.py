@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from wde_core.plugin_api import EngineArgs, ImageInput, Request, ScoreOptions, as_image_input
+from wde_core.plugin_api import InputTypeError, InputValueError
 from wde_qwen2_vl.public import VisionTextTokenizer, refuse_placeholders
 
 SYSTEM = ("Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that "
@@ -88,7 +89,7 @@ class VisionPairInputProcessor:
     def pair(index: int, item: Any, options: ScoreOptions) -> Request:
         """The request of one pair, or an error naming it and its side."""
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise TypeError(f"input {index}: expected a (query, document) pair, got {type(item).__name__}")
+            raise InputTypeError(index, f"expected a (query, document) pair, got {type(item).__name__}")
         sides, images = [], []
         for name, value in zip(SIDES, item):
             text, image = side_parts(index, name, value)
@@ -103,11 +104,11 @@ def side_parts(index: int, name: str, value: Any) -> tuple[str, ImageInput | Non
         return value, None
     if isinstance(value, dict) and set(value) == {"text", "image"}:
         if not isinstance(value["text"], str):
-            raise TypeError(f"input {index}: field '{name}.text' must be a str, got {type(value['text']).__name__}")
+            raise InputTypeError(index, f"field '{name}.text' must be a str, got {type(value['text']).__name__}")
         return value["text"], ImageInput(value["image"])
     image = as_image_input(value)
     if image is None:
-        raise TypeError(f"input {index}: field {name!r} must be a str, an image or a {{'text', 'image'}} dict, got "
+        raise InputTypeError(index, f"field {name!r} must be a str, an image or a {{'text', 'image'}} dict, got "
                         f"{type(value).__name__}")
     return "", image
 
@@ -142,7 +143,7 @@ class VisionRerankTokenizer(VisionTextTokenizer):
             for name, side in zip(SIDES, request.text):
                 token = self.placeholder_in(side.text)
                 if token is not None:
-                    raise ValueError(f"input {request.index}: the {name} contains the placeholder token {token!r}; "
+                    raise InputValueError(request.index, f"the {name} contains the placeholder token {token!r}; "
                                      "pass images as images")
         for request in requests:
             pads = self.preprocess_images(request)
@@ -150,7 +151,7 @@ class VisionRerankTokenizer(VisionTextTokenizer):
             request.token_ids = self.cut_to_fit(head, text, tail, truncate)
             if request.num_tokens > self.max_len:
                 fits_cut = text and len(self.tokenizer(head + tail)["input_ids"]) < self.max_len
-                raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
+                raise InputValueError(request.index, f"the formatted pair has {request.num_tokens} tokens, more "
                                  f"than max_model_len={self.max_len}" + (
                                      "; pass truncate=True" if not truncate and fits_cut else
                                      "; the query, the images and the prompt alone do not fit: shorten them"))

@@ -15,13 +15,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from wde_core.plugin_api import InputError
+
 from wde_server.errors import ApiError
 
 IMAGE_ROUTES = frozenset({"/v1/embeddings", "/v2/embed", "/v1/rerank", "/v2/rerank", "/rerank"})  # routes taking images
 # (--image-payload-limit)
 REMOTE = ("http://", "https://")
 DATA_URL = "data:image/"
-ENGINE_ERROR = re.compile(r"input (\d+): (?:field '(\w+)' )?(.*)", re.S)  # how the engine names an input it refuses
+FIELD = re.compile(r"field '(\w+)' (.*)", re.S)  # "field 'text' has ...": said "the text has ..." after the field
 
 
 @dataclass
@@ -217,14 +219,16 @@ def pixels(source: str | bytes) -> int:
 
 
 def named(exc: Exception, where: Sequence[str]) -> ApiError:
-    """The engine's error about ``input {i}`` as a 400 naming the request field it came from."""
+    """The engine's error about an input (an ``InputError``: its ``index``) as a 400 naming the request field it came
+    from; another error as it is."""
     message = str(exc).replace("pass truncate=True", "ask for truncation")
     status = 422 if "max_model_len" in message else 400  # an over-long text, as the server's own check answers
-    match = ENGINE_ERROR.match(message)
-    if match is None or int(match[1]) >= len(where):
+    index = getattr(exc, "index", None) if isinstance(exc, InputError) else None
+    if index is None or index >= len(where):
         return ApiError(status, message)
-    at = where[int(match[1])]
-    return ApiError(status, f"{at}: {'the ' + match[2] + ' ' if match[2] else ''}{match[3]}", param=at)
+    detail, at = exc.detail.replace("pass truncate=True", "ask for truncation"), where[index]
+    field = FIELD.match(detail)
+    return ApiError(status, f"{at}: the {field[1]} {field[2]}" if field else f"{at}: {detail}", param=at)
 
 
 def rerank_named(exc: Exception, where: Sequence[str]) -> ApiError:
@@ -232,7 +236,8 @@ def rerank_named(exc: Exception, where: Sequence[str]) -> ApiError:
     query (``input 0 (query): ...``, ``field 'query...'``) names ``query``, not the pair's document."""
     message = str(exc)
     head, _, detail = message.partition(": ")
-    if head.startswith("input ") and ("(query)" in head or detail.startswith("field 'query")):
+    query_image = head.startswith("input ") and "(query)" in head  # an image decoded with where="input N (query)"
+    if query_image or isinstance(exc, InputError) and exc.detail.startswith("field 'query"):
         return ApiError(422 if "max_model_len" in message else 400, f"query: {detail}", param="query")
     return named(exc, where)
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 
 from wde_core.plugin_api import EmbedOptions, EngineArgs, FlatBatchBuilder, HFTokenizer, ModelInput, TextInputProcessor
+from wde_core.plugin_api import InputValueError
 from wde_splade.files import resolve_route
 
 
@@ -87,10 +88,10 @@ class RoutedTokenizer(HFTokenizer):
             ids = tokenizer(request.text, add_special_tokens=False, verbose=False)["input_ids"]
             limit = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000_000 else len(ids)
             if len(ids) > limit and truncate is False:
-                raise ValueError(f"input {request.index}: field 'text' has {len(ids)} tokens, more than the "
+                raise InputValueError(request.index, f"field 'text' has {len(ids)} tokens, more than the "
                                  f"{route_of(request)!r} route's {limit}; shorten it or pass truncate=True")
             if not ids:
-                raise ValueError(f"input {request.index}: field 'text' has no tokens for the {route_of(request)!r} "
+                raise InputValueError(request.index, f"field 'text' has no tokens for the {route_of(request)!r} "
                                  "route (an empty text): its sparse vector would be empty")
             request.token_ids = ids[:limit]
             request.token_type_ids = [0] * len(request.token_ids) if self.uses_token_types else None
