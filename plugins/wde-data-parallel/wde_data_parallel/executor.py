@@ -8,13 +8,13 @@ import logging
 import multiprocessing
 import os
 import threading
-import traceback
 from concurrent.futures import Future
 from typing import Any, Callable
 
 import torch
 
 from wde_core.plugin_api import ModelInput, child_engine_args
+from wde_worker_processes.public import await_ready, load_worker, serve, spawn
 
 logger = logging.getLogger("wde")
 
@@ -25,24 +25,7 @@ class ReplicaDiedError(RuntimeError):
 
 def _replica_main(conn, model: str, engine_args: dict[str, Any]) -> None:
     """Body of a replica process: build a worker, then serve batches; a failure to start sends its traceback."""
-    from wde_core.plugin_api import assemble_pipeline, worker_factory
-
-    try:
-        worker = worker_factory(assemble_pipeline(model, **engine_args))()
-        worker.load_model()
-    except BaseException:  # noqa: BLE001 - reported to the parent, then the replica exits
-        conn.send(("failed", traceback.format_exc()))
-        raise SystemExit(1) from None
-    conn.send(("ready", os.getpid()))
-    while True:
-        job = conn.recv()
-        if job is None:
-            return
-        job_id, model_input = job
-        try:
-            conn.send((job_id, True, worker.execute(model_input)))
-        except Exception as exc:  # noqa: BLE001 - the error travels back to the caller's future
-            conn.send((job_id, False, f"{type(exc).__name__}: {exc}"))
+    serve(conn, lambda: load_worker(model, engine_args))
 
 
 @dataclasses.dataclass
@@ -80,25 +63,12 @@ class DataParallelExecutor:
 
     def _start(self, ctx, index: int, pipeline, threads: int) -> _Replica:
         replica_args = child_engine_args(pipeline, index, threads)
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_replica_main, args=(child, str(pipeline.model.path), replica_args),
-                              name=f"wde-replica-{index}", daemon=True)
-        process.start()
-        child.close()
-        return _Replica(index, process, parent)
+        process, conn = spawn(ctx, _replica_main, (str(pipeline.model.path), replica_args), f"wde-replica-{index}")
+        return _Replica(index, process, conn)
 
     def _await_ready(self, replica: _Replica) -> None:
-        try:
-            status, detail = replica.conn.recv()
-        except EOFError:
-            replica.process.join(timeout=5)
-            self.shutdown()
-            raise ReplicaDiedError(f"replica {replica.index} exited while loading the model (exit code "
-                                   f"{replica.process.exitcode}); started from a script, data_parallel needs "
-                                   "the script's work under `if __name__ == \"__main__\":`") from None
-        if status == "failed":
-            self.shutdown()
-            raise ReplicaDiedError(f"replica {replica.index} failed while loading the model:\n{detail}")
+        await_ready(replica.conn, replica.process, f"replica {replica.index}", "data_parallel", ReplicaDiedError,
+                    self.shutdown)
         threading.Thread(target=self._read, args=(replica,), name=f"wde-replica-{replica.index}-reader",
                          daemon=True).start()
 
@@ -125,7 +95,7 @@ class DataParallelExecutor:
     def _read(self, replica: _Replica) -> None:
         while True:
             try:
-                job_id, ok, payload = replica.conn.recv()
+                job_id, ok, payload, _busy = replica.conn.recv()
             except (EOFError, OSError):
                 self._replica_died(replica)
                 return

@@ -11,7 +11,7 @@ from typing import Callable
 
 from wde_pipeline_parallel.layout import Layout, check_layout
 from wde_pipeline_parallel.stage import stage_main
-from wde_tensor_parallel.public import ProcessGroupExecutor, WorkerProcess
+from wde_worker_processes.public import ProcessGroupExecutor, WorkerProcess
 
 
 class StageDiedError(RuntimeError):
@@ -21,7 +21,7 @@ class StageDiedError(RuntimeError):
 class PipelineParallelExecutor(ProcessGroupExecutor):
     """``pipeline_parallel_size`` stage processes (times ``tensor_parallel_size`` ranks each); each with
     ``num_threads`` (default: the CPUs shared out) CPU threads, or one GPU; ``2 x stages`` batches in flight.
-    wde-tensor-parallel's process group starts them, collects their answers and handles their failures."""
+    wde-worker-processes' process group starts them, collects their answers and handles their failures."""
 
     kind, member, prefix, error = "pipeline_parallel", "stages", "wde-pp", StageDiedError
 

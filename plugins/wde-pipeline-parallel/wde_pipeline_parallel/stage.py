@@ -1,16 +1,16 @@
 """Body of one pipeline stage process: join the process group, build this stage's worker, then run each batch
-the engine sends: receive the previous stage's hidden states, run the local layers, send them on (or, on the
-last stage, return the pooled output). With tensor parallelism too, each stage is a group of ranks."""
+the engine sends (wde-worker-processes' loop): receive the previous stage's hidden states, run the local layers,
+send them on (or, on the last stage, return the pooled output). With tensor parallelism too, each stage is a group
+of ranks."""
 
 from __future__ import annotations
 
-import os
 import time
-import traceback
-from datetime import timedelta
 from typing import Any
 
 import torch
+
+from wde_worker_processes.public import join_process_group, leave_process_group, serve
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -69,18 +69,12 @@ def _groups(dist: dict[str, Any]):
 
 
 def start_stage(model: str, engine_args: dict[str, Any], dist: dict[str, Any]):
-    """Join the group, set the tensor-parallel context, and return this stage's loaded worker and its link."""
-    import torch.distributed as td
-
+    """Join the group, set the tensor-parallel context, and return this stage's loaded worker, its ``link`` set."""
     from wde_core.plugin_api import TensorParallel, assemble_pipeline, set_tensor_parallel
     from wde_pipeline_parallel.stage_worker import stage_worker
 
     rank, tp, stage, stages = dist["rank"], dist["tp_size"], dist["stage"], dist["stages"]
-    if dist["backend"] == "nccl":
-        torch.cuda.set_device(rank)
-    torch.set_num_threads(engine_args["num_threads"])
-    td.init_process_group(dist["backend"], init_method=dist["init_method"], rank=rank, world_size=stages * tp,
-                          timeout=timedelta(minutes=10))
+    join_process_group(dist, engine_args["num_threads"])
     group = _groups(dist)
     if tp > 1:
         set_tensor_parallel(TensorParallel(rank % tp, tp, group))
@@ -88,12 +82,13 @@ def start_stage(model: str, engine_args: dict[str, Any], dist: dict[str, Any]):
     attention = pipeline.components["attention_backend"].load()(pipeline)
     worker = stage_worker(pipeline.components["worker"].load(), pipeline, attention, stage, stages)
     worker.load_model()
-    link = Link(rank - tp if stage > 0 else None, rank + tp if stage < stages - 1 else None, worker.device)
-    return worker, link
+    worker.link = Link(rank - tp if stage > 0 else None, rank + tp if stage < stages - 1 else None, worker.device)
+    return worker
 
 
-def run_job(worker, link: Link, job_id: int, model_input) -> tuple[Any, float]:
+def run_job(worker, job_id: int, model_input) -> tuple[Any, float]:
     """One batch through this stage: (the pooled output on the last stage, else ``None``; seconds computing)."""
+    link = worker.link
     incoming = link.receive(job_id) if link.previous is not None else None
     start = time.perf_counter()
     output = worker.run_stage(model_input, incoming)
@@ -104,26 +99,14 @@ def run_job(worker, link: Link, job_id: int, model_input) -> tuple[Any, float]:
     return None, busy
 
 
-def stage_main(conn, model: str, engine_args: dict[str, Any], dist: dict[str, Any]) -> None:
-    """Serve batches until the engine sends ``None``; a failure to start sends its traceback."""
-    from wde_pipeline_parallel.stage_worker import parameter_bytes
+def finish_stage(worker) -> None:
+    """Wait for the sends in flight, then leave the process group."""
+    worker.link.flush()
+    leave_process_group(worker)
 
-    try:
-        worker, link = start_stage(model, engine_args, dist)
-    except BaseException:  # noqa: BLE001 - reported to the engine process, then the stage exits
-        conn.send(("failed", traceback.format_exc()))
-        raise SystemExit(1) from None
-    conn.send(("ready", {"pid": os.getpid(), "parameter_bytes": parameter_bytes(worker.model)}))
-    answers = dist["rank"] % dist["tp_size"] == 0
-    while True:
-        job = conn.recv()
-        if job is None:
-            break
-        job_id, model_input = job
-        try:
-            output, busy = run_job(worker, link, job_id, model_input)
-            conn.send((job_id, True, output if answers else None, busy))
-        except Exception as exc:  # noqa: BLE001 - the error travels back to the engine, which stops the stages
-            conn.send((job_id, False, f"{type(exc).__name__}: {exc}", 0.0))
-    link.flush()
-    torch.distributed.destroy_process_group()
+
+def stage_main(conn, model: str, engine_args: dict[str, Any], dist: dict[str, Any]) -> None:
+    """Serve batches until the engine sends ``None`` (tensor-parallel rank 0 of each stage answers); a failure to
+    start sends its traceback."""
+    serve(conn, lambda: start_stage(model, engine_args, dist), run=run_job,
+          answers=dist["rank"] % dist["tp_size"] == 0, finish=finish_stage)

@@ -65,6 +65,7 @@ class StageWorkerMixin:
     stages: int = 1
     split: StageSplit | None = None
     incoming: torch.Tensor | None = None
+    link = None  # the stage process's Link to its neighbours (wde_pipeline_parallel.stage sets it)
 
     def materialize(self, model: nn.Module) -> nn.Module:
         """Cut the meta-built model to this stage, allocate what it keeps, and hook its first and last layers."""
@@ -119,8 +120,3 @@ def stage_worker(worker_cls: type, pipeline, attention, stage: int, stages: int)
     worker = cls(pipeline, attention)
     worker.stage, worker.stages = stage, stages
     return worker
-
-
-def parameter_bytes(model: nn.Module) -> int:
-    """Bytes of the parameters this stage holds (those not left on the meta device)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters() if not p.is_meta)

@@ -10,9 +10,9 @@ from typing import Any, Callable
 
 import torch
 
-from wde_tensor_parallel.processes import ProcessGroupExecutor, WorkerProcess
 from wde_tensor_parallel.rank import rank_main
 from wde_tensor_parallel.sharding import TensorParallelError, sharding_plan
+from wde_worker_processes.public import ProcessGroupExecutor, WorkerProcess
 
 
 class RankDiedError(RuntimeError):
@@ -59,8 +59,8 @@ class TensorParallelExecutor(ProcessGroupExecutor):
         return rank_main
 
     def distributed_setup(self, rank: int, pipeline) -> dict:
-        """Rank ``rank`` of ``size``, NCCL on CUDA, gloo on CPU."""
-        return {"rank": rank, "size": self.size, "backend": "nccl" if self.cuda else "gloo"}
+        """Rank ``rank`` (of the group's ``size``), NCCL on CUDA, gloo on CPU."""
+        return {"rank": rank, "backend": "nccl" if self.cuda else "gloo"}
 
     def process_name(self, rank: int) -> str:
         """``rank N``."""

@@ -1,7 +1,8 @@
-"""What every multi-process executor of torch.distributed workers shares (tensor_parallel's ranks, pipeline_parallel's
-stages): start the processes, wait until each loaded its part of the model, send every batch to all of them, collect
-their answers, and on a process that dies or raises fail the batches in flight with an error naming it, stop the
-others and refuse later batches. A subclass says what a process runs and how it is named."""
+"""The process group: what every multi-process executor of torch.distributed workers shares (tensor_parallel's
+ranks, pipeline_parallel's stages): start the processes, wait until each loaded its part of the model, send every
+batch to all of them, collect their answers, and on a process that dies or raises fail the batches in flight with an
+error naming it, stop the others and refuse later batches. A subclass says what a process runs and how it is named;
+each process runs :func:`wde_worker_processes.child.serve` after joining the group."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from wde_core.plugin_api import ModelInput, child_engine_args
+from wde_worker_processes.spawn import await_ready, spawn
 
 logger = logging.getLogger("wde")
 
@@ -30,7 +32,7 @@ class WorkerProcess:
     process: Any
     conn: Any
     parameter_bytes: int = 0  # the weights it holds, measured in the process once loaded
-    busy_seconds: float = 0.0  # computing, as the process reports with its answers (0 if it does not)
+    busy_seconds: float = 0.0  # computing, as the process reports with its answers
     stage: int = 0
 
     @property
@@ -76,7 +78,8 @@ class ProcessGroupExecutor:
 
     # -- what a subclass says ---------------------------------------------------------------------------------
     def process_target(self) -> Callable:
-        """The function each process runs: ``target(conn, model_path, engine_args, dist)``."""
+        """The function each process runs: ``target(conn, model_path, engine_args, dist)``, ``dist`` holding the
+        group's ``size``, its ``init_method`` and what :meth:`distributed_setup` gives."""
         raise NotImplementedError
 
     def distributed_setup(self, rank: int, pipeline) -> dict:
@@ -94,29 +97,17 @@ class ProcessGroupExecutor:
     # -- the group ----------------------------------------------------------------------------------------------
     def _start(self, ctx, rank: int, count: int, pipeline) -> WorkerProcess:
         threads = pipeline.args.num_threads or max(1, (os.cpu_count() or 1) // count)
-        dist = {**self.distributed_setup(rank, pipeline),
+        dist = {"size": count, **self.distributed_setup(rank, pipeline),
                 "init_method": f"file://{os.path.join(self._store, 'store')}"}
-        parent, child = ctx.Pipe()
         name = self.process_name(rank)
-        process = ctx.Process(target=self.process_target(),
-                              args=(child, str(pipeline.model.path), child_engine_args(pipeline, rank, threads), dist),
-                              name=f"{self.prefix}-{name}".replace(" ", "-"), daemon=True)
-        process.start()
-        child.close()
-        return WorkerProcess(rank, name, process, parent, stage=dist.get("stage", 0))
+        process, conn = spawn(ctx, self.process_target(),
+                              (str(pipeline.model.path), child_engine_args(pipeline, rank, threads), dist),
+                              f"{self.prefix}-{name}".replace(" ", "-"))
+        return WorkerProcess(rank, name, process, conn, stage=dist.get("stage", 0))
 
     def _await_ready(self, process: WorkerProcess) -> None:
-        try:
-            status, detail = process.conn.recv()
-        except EOFError:
-            process.process.join(timeout=5)
-            self._abort()
-            raise self.error(f"{self.kind} {process.name} exited while loading the model (exit code "
-                             f"{process.process.exitcode}); started from a script, {self.kind} needs the script's "
-                             "work under `if __name__ == \"__main__\":`") from None
-        if status == "failed":
-            self._abort()
-            raise self.error(f"{self.kind} {process.name} failed while loading the model:\n{detail}")
+        detail = await_ready(process.conn, process.process, f"{self.kind} {process.name}", self.kind, self.error,
+                             self._abort)
         process.parameter_bytes = detail["parameter_bytes"]
 
     def submit(self, model_input: ModelInput) -> Future:
@@ -139,7 +130,7 @@ class ProcessGroupExecutor:
     def _read(self, process: WorkerProcess) -> None:
         while True:
             try:
-                job_id, ok, payload, *busy = process.conn.recv()
+                job_id, ok, payload, busy = process.conn.recv()
             except (EOFError, OSError):
                 if self._closing or self.failure is not None:
                     return  # stopped by us: whoever stopped it reaps it (two threads reaping one child race)
@@ -148,7 +139,7 @@ class ProcessGroupExecutor:
             if not ok:  # the others may wait for it in a collective or a transfer: the group is out of step
                 self._break(self._dead_peer(process) or f"{process.name} raised {payload}")
                 continue
-            self._answered(process, job_id, payload, sum(busy))
+            self._answered(process, job_id, payload, busy)
 
     def _answered(self, process: WorkerProcess, job_id: int, payload: Any, busy: float) -> None:
         with self._lock:
