@@ -4,6 +4,13 @@
 The relative-position projections of every layer (``key_proj``/``query_proj`` of the normalized relative
 embeddings, or ``pos_key_proj``/``pos_query_proj``) depend on the weights only, so they are computed once
 in ``after_load_weights`` and pre-scaled, rather than in every forward as HF does.
+
+The disentangled attention stays in the model (``relative.py``), not on the attention contract's position bias:
+that bias (``BucketedBias``, ``AlibiBias``) is a per-head function of the key - query offset alone, while DeBERTa's
+content-to-position and position-to-content terms are dot products of each query (each key) with the projected
+embedding of the offset's bucket, a different value for every (token, offset) pair; the contract would have to take
+those projections and compute the products inside every backend. ``wde inspect``'s ``attention`` note says the
+engine's backend is not used for such configs.
 """
 
 from __future__ import annotations
