@@ -17,6 +17,7 @@ nox.options.reuse_existing_virtualenvs = True
 CONSTRAINTS = ("-c", os.path.join(os.path.dirname(os.path.abspath(__file__)), "constraints.txt"))
 TORCH = "torch==2.13.0"  # the CPU build; an unpinned torch pulls a multi-GB CUDA build
 PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta", "./plugins/wde-reranker",
+            "./plugins/wde-cross-encoder",
             "./plugins/wde-qwen2-bidir", "./plugins/wde-server", "./plugins/wde-mpnet", "./plugins/wde-deberta",
             "./plugins/wde-rope-encoders", "./plugins/wde-gemma", "./plugins/wde-modernbert",
             "./plugins/wde-tensor-parallel", "./plugins/wde-pipeline-parallel", "./plugins/wde-data-parallel",
