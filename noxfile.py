@@ -317,3 +317,14 @@ def bench_serve(session: nox.Session) -> None:
         args += ["--infinity-python", infinity_python]
     session.chdir("benchmarks")
     session.run("python", "bench_serve.py", *args, *session.posargs)
+
+
+@nox.session(name="bench-attention")
+def bench_attention(session: nox.Session) -> None:
+    """MPNet's relative position bias added inside cpu_varlen against the padded-block SDPA path MPNet ran before
+    (MPNet-base's layer: 12 heads of 64, 32 buckets up to 128, fp32, 12 calls a batch, 2,000 held-out paragraphs'
+    lengths, alternating rounds, parity 1e-5); ``-- ARGS`` replaces the arguments (benchmarks/bench_attention.py)."""
+    install(session)
+    session.chdir("benchmarks")
+    args = session.posargs or ["--bias", "--dtype", "fp32", "--head-dim", "64", "--layers", "12", "--max-len", "384"]
+    session.run("python", "bench_attention.py", *args)
