@@ -10,30 +10,29 @@ import numpy as np
 import pytest
 import torch
 
+from wde_core import Engine
 from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.late_interaction_checks import (QUERIES, TOL, assert_token_vectors, full_page_vectors,
+                                                    interleaved, load_retriever, min_token_cosine, reference_vectors,
+                                                    score_retrieval)
 from wde_plugin_kit.vision_language import save_random_colqwen2_5
-from test_colqwen2 import QUERIES, reference_vectors
-from wde_core import Engine
 
 
 @pytest.fixture(scope="module")
 def colqwen2_5(tmp_path_factory):
     """The saved directory, transformers' model and processor."""
-    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
-
     directory = save_random_colqwen2_5(tmp_path_factory.mktemp("colqwen2.5") / "colqwen2.5-tiny")
-    reference = ColQwen2ForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager")
-    assert reference.config.vlm_config.model_type == "qwen2_5_vl"
-    return directory, reference.eval(), ColQwen2Processor.from_pretrained(directory)
+    retriever = load_retriever(directory, "ColQwen2")
+    assert retriever[1].config.vlm_config.model_type == "qwen2_5_vl"
+    return retriever
 
 
 @pytest.fixture(scope="module")
 def mixed(colqwen2_5):
     """Queries and pages of odd sizes interleaved, and transformers' vectors of each."""
     _, reference, processor = colqwen2_5
-    pages = random_images(6, seed=4)
-    items = [QUERIES[0], pages[0], pages[1], QUERIES[1], pages[2], pages[3], pages[4], QUERIES[2], pages[5]]
+    items = interleaved(random_images(6, seed=4))
     return items, reference_vectors(reference, processor, items)
 
 
@@ -59,10 +58,7 @@ def test_queries_and_pages_match_colqwen2_for_retrieval(colqwen2_5, mixed, backe
         assert engine.pipeline.workflow.name == "colqwen2"
         assert type(engine.executor.worker.model.visual).__name__ == "WindowVisionTower"
         got = engine.encode(items, output="multi_vector")
-    assert [g.shape for g in got] == [e.shape for e in expected]
-    worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
-    print(f"{backend}: max abs diff {worst:.2e} over {sum(len(e) for e in expected)} token vectors")
-    assert worst <= 1e-4
+    assert_token_vectors(got, expected, backend)
     from wde_vision_language.public import window_order
 
     pages = [item for item in items if not isinstance(item, str)]
@@ -76,7 +72,7 @@ def test_bfloat16_stays_within_the_stated_tolerance(colqwen2_5, mixed):
     items, expected = mixed
     with Engine(str(directory), device="cpu", dtype="bfloat16") as engine:
         got = engine.encode(items, output="multi_vector")
-    cosine = min(float((g * e).sum(1).min()) for g, e in zip(got, expected))
+    cosine = min_token_cosine(got, expected)
     print(f"bf16 min token cosine {cosine:.6f}")
     assert cosine >= 0.9995
 
@@ -86,13 +82,12 @@ def test_multi_vector_scores_match_score_retrieval(colqwen2_5):
     pages = random_images(4, seed=5)
     queries = reference_vectors(reference, processor, QUERIES)
     docs = reference_vectors(reference, processor, pages)
-    expected = processor.score_retrieval([torch.from_numpy(q) for q in queries],
-                                         [torch.from_numpy(d) for d in docs]).numpy()
+    expected = score_retrieval(processor, queries, docs)
     with Engine(str(directory), device="cpu") as engine:
         scores = engine.multi_vector_scores(QUERIES, pages)
         with pytest.raises(ValueError, match=r"documents\[1\]: field 'video': video inputs are not supported"):
             engine.multi_vector_scores(QUERIES, [pages[0], {"video": b"frames"}])
-    assert scores.shape == (3, 4) and np.abs(scores - expected).max() <= 1e-4
+    assert scores.shape == (3, 4) and np.abs(scores - expected).max() <= TOL
     assert np.ptp(expected[1]) > 1e-3
 
 
@@ -102,8 +97,6 @@ def test_real_colqwen2_5_widths_match_at_full_page_resolution(tmp_path):
     # with random weights: ColQwen2.5-v0.2's (Qwen2.5-VL-3B's) widths (vision 1280 wide, 16 heads of 80, MLP 3420,
     # windows of 112 px, full attention in blocks 7, 15, 23, 31; decoder 2048 wide, 16 heads of 128, 2 key/value
     # heads, MLP 11008; 128-dim vectors), one layer each (a windowed block), a page at 768 merged patches
-    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
-
     text = dict(hidden_size=2048, num_attention_heads=16, num_key_value_heads=2, intermediate_size=11008,
                 num_hidden_layers=1, max_position_embeddings=128000,
                 rope_parameters={"rope_type": "default", "mrope_section": [16, 24, 24], "rope_theta": 1000000.0})
@@ -111,15 +104,6 @@ def test_real_colqwen2_5_widths_match_at_full_page_resolution(tmp_path):
                   window_size=112, fullatt_block_indexes=[7, 15, 23, 31])
     directory = save_random_colqwen2_5(tmp_path / "colqwen2.5-v0.2-shape", text=text, vision=vision,
                                        embedding_dim=128, max_pixels=768 * 28 * 28)
-    reference = ColQwen2ForRetrieval.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa").eval()
-    processor = ColQwen2Processor.from_pretrained(directory)
-    from PIL import Image
-
-    page = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
-    expected = reference_vectors(reference, processor, [page, QUERIES[0]])
-    with Engine(str(directory), device="cpu") as engine:
-        got = engine.encode([page, QUERIES[0]], output="multi_vector")
+    got, expected = full_page_vectors(directory, "ColQwen2")
     assert got[0].shape == (expected[0].shape[0], 128) and expected[0].shape[0] > 700
-    worst = max(np.abs(g - e).max() for g, e in zip(got, expected))
-    print(f"real widths: max abs diff {worst:.2e}")
-    assert worst <= 1e-4
+    assert_token_vectors(got, expected, "real widths")

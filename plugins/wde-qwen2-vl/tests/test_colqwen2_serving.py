@@ -11,28 +11,22 @@ embedder answers ``/v1/embeddings`` and ``/v2/embed`` with texts, images and tex
 from __future__ import annotations
 
 import base64
-import io
 import json
 
 import httpx
 import numpy as np
 import pytest
 
-from wde_plugin_kit.image_builders import random_images
-from wde_plugin_kit.vision_language import save_random_colqwen2, save_random_qwen2_vl
 from wde_core import Engine
+from wde_plugin_kit.image_builders import random_images
+from wde_plugin_kit.late_interaction_checks import (QUERIES, TOL, assert_placeholder_refused,
+                                                    assert_pooled_routes_refused, assert_rerank_routes,
+                                                    assert_token_vectors, data_url, post)
 from wde_plugin_kit.serve import ServeProcess
+from wde_plugin_kit.vision_language import save_random_colqwen2, save_random_qwen2_vl
 
-QUERIES = ["what is the revenue in 2023?", "a chart of rainfall by month"]
+QUERIES = QUERIES[:2]  # two queries here, as the pooled-route check sends
 INSTRUCTION = "Find the image that matches: "  # a GME/DSE-style query instruction, the embedder's "query" prompt
-TOL = 1e-4
-
-
-def data_url(picture) -> str:
-    """``picture`` as a PNG data URL."""
-    buffer = io.BytesIO()
-    picture.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +49,6 @@ def engines(served):
     yield built
     for engine in built.values():
         engine.close()
-
-
-def post(server, route, body):
-    return httpx.post(server.url + route, json=body, timeout=60)
-
-
-def assert_token_vectors(got, expected) -> None:
-    """Each input's ``[tokens, dim]`` vectors within ``TOL`` of the engine's."""
-    assert [np.shape(g) for g in got] == [e.shape for e in expected]
-    assert max(np.abs(np.asarray(g) - e).max() for g, e in zip(got, expected)) <= TOL
 
 
 def test_embed_all_gives_every_token_vector_of_queries_and_pages(served, engines):
@@ -101,15 +85,7 @@ def test_v2_embed_gives_token_vectors_as_floats_and_base64(served, engines):
 
 def test_rerank_routes_rank_pages_by_maxsim(served, engines):
     server, _, pages = served
-    expected = engines["colqwen2"].multi_vector_rerank(QUERIES[1], pages)
-    cohere = post(server, "/v2/rerank", {"query": QUERIES[1], "documents": [data_url(p) for p in pages], "top_n": 3})
-    assert cohere.status_code == 200, cohere.text
-    results = cohere.json()["results"]
-    assert [r["index"] for r in results] == [r["index"] for r in expected[:3]]
-    assert max(abs(r["relevance_score"] - e["score"]) for r, e in zip(results, expected)) <= TOL
-    tei = post(server, "/rerank", {"query": QUERIES[1], "texts": [data_url(p) for p in pages]})
-    assert tei.status_code == 200, tei.text
-    assert [r["index"] for r in tei.json()] == [r["index"] for r in expected]
+    assert_rerank_routes(server, QUERIES[1], pages, engines["colqwen2"].multi_vector_rerank(QUERIES[1], pages))
     image_query = post(server, "/v2/rerank", {"query": data_url(pages[0]), "documents": [data_url(pages[1])]})
     assert image_query.status_code == 400 and image_query.json()["error"]["param"] == "query", image_query.text
     assert "send the query as text" in image_query.text
@@ -117,8 +93,7 @@ def test_rerank_routes_rank_pages_by_maxsim(served, engines):
 
 def test_pooled_vector_routes_and_types_are_refused_naming_the_served_ones(served):
     server, _, _ = served
-    answer = post(server, "/v1/embeddings", {"input": QUERIES})
-    assert answer.status_code == 400 and "/embed_all" in answer.text and "/v2/rerank" in answer.text
+    assert_pooled_routes_refused(server)
     for body, field, text in [({"texts": QUERIES, "embedding_types": ["multi_vector", "float"]}, "embedding_types",
                                "'multi_vector' or 'multi_vector_base64'"),
                               ({"texts": QUERIES, "embedding_types": ["multi_vector"], "output_dimension": 8},
@@ -126,9 +101,7 @@ def test_pooled_vector_routes_and_types_are_refused_naming_the_served_ones(serve
         refused = post(server, "/v2/embed", body)
         assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
         assert text in refused.json()["error"]["message"]
-    bad = post(server, "/embed_all", {"inputs": ["fine", "<|image_pad|> sneaky"]})
-    assert bad.status_code in (400, 422) and "placeholder token" in bad.text
-    assert post(server, "/embed_all", {"inputs": ["still serving"]}).status_code == 200
+    assert_placeholder_refused(server, "<|image_pad|>")
 
 
 def test_qwen2_vl_embedder_embeds_texts_images_and_pairs(served, engines):
