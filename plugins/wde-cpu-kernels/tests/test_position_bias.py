@@ -136,3 +136,25 @@ def test_every_cpu_backend_adds_the_bias_in_bf16_within_its_measured_error(backe
     error = (ours.double() - reference_attention(q, k, v, lengths, False, bias_of)).abs().max().item()
     print(f"{backend} {name} bf16: {error:.4f}")
     assert error < BF16_BOUNDS[backend]
+
+
+SHARED_BACKENDS = ["eager", "sdpa-blocked", "sdpa-padded", pytest.param("cpu_varlen", marks=needs_kernel)]
+
+
+@pytest.mark.parametrize("name", ["t5-causal-rule", "alibi"])
+@pytest.mark.parametrize("backend", SHARED_BACKENDS)
+def test_shared_prefix_keys_take_the_bias_of_their_place_in_the_whole_sequence(backend, name):
+    # packed: A (a 70-token prefix + 9 own rows), B (5 own rows after A's prefix), C (1 row alone): causal, B's queries
+    # at positions 70..74 of its whole sequence, against each whole sequence attended alone
+    from wde_core.plugin_api import SharedKeys
+
+    bias, bias_of = bias_case(name)
+    q, k, v = packed_inputs([79, 5, 1], seed=11)
+    keys = SharedKeys.of([[(0, 79)], [(0, 70), (79, 84)], [(84, 85)]])
+    backend_obj = NativeCpuAttention() if backend == "cpu_varlen" else CPU_BACKENDS[backend]()
+    meta = backend_obj.build_metadata([79, 5, 1], torch.tensor([0, 79, 84, 85]), True, keys)
+    ours = backend_obj.forward(q, k, v, meta, None, None, bias)
+    whole = [slice(0, 79), [*range(70), *range(79, 84)], slice(84, 85)]
+    expected = [reference_attention(q[rows], k[rows], v[rows], [len(q[rows])], True, bias_of)[-n:]
+                for rows, n in zip(whole, (79, 5, 1))]
+    assert (ours.double() - torch.cat(expected)).abs().max().item() < 1e-5
