@@ -16,6 +16,7 @@ from wde_plugin_kit.cpu_info import CPU_BACKENDS
 from wde_plugin_kit.packed import packed_diff, random_requests
 from wde_core import Engine
 from wde_core.cli.main import cli
+from wde_core.plugin_api import assemble_pipeline, hookimpl
 from wde_plugin_kit import assert_matches_hf, save_random_model, wordpiece_tokenizer
 from wde_mpnet.testing import mpnet_tokenizer
 
@@ -174,6 +175,23 @@ def test_backends_without_position_bias_are_refused_by_name(st_dirs, backend):
     # MPNet's link says position_bias=True: a forced backend that takes no bias is refused at assembly, on CPU too
     with pytest.raises(ValueError, match=f"attention backend '{backend}' .*takes no position bias.*MPNetModel"):
         Engine(str(st_dirs["cls"]), device="cpu", attention_backend=backend)
+
+
+class PicksFlash:
+    """Answers the backend choice first, as the core does on CUDA in half precision with flash-attn: flash_attn."""
+
+    @hookimpl(tryfirst=True)
+    def wde_select_attention_backend(self, device, dtype, causal):
+        """flash_attn, whatever the device."""
+        return "flash_attn", "auto: flash-attn installed"
+
+
+def test_an_automatic_backend_without_bias_gives_way_to_torch_sdpa(st_dirs, register_plugin):
+    register_plugin(("picks-flash", PicksFlash()))
+    pipeline = assemble_pipeline(str(st_dirs["cls"]), device="cpu")
+    assert pipeline.components["attention_backend"].name == "torch_sdpa"
+    assert pipeline.reasons["attention_backend"] == ("auto: flash-attn installed; flash_attn takes no position bias "
+                                                     "(MPNetModel): torch_sdpa")
 
 
 def test_inspect_names_the_attention_that_runs(wde, st_dirs):
