@@ -49,7 +49,8 @@ def read_distribution(pyproject: Path) -> Distribution:
     """The distribution a ``pyproject.toml`` declares (third-party dependencies left out)."""
     data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     names = (requirement_name(r) for r in data["project"].get("dependencies", []))
-    return Distribution(name=requirement_name(data["project"]["name"]), kind=data.get("tool", {}).get("wde", {}).get("kind"),
+    kind = data.get("tool", {}).get("wde", {}).get("kind")
+    return Distribution(name=requirement_name(data["project"]["name"]), kind=kind,
                         requires=tuple(sorted(n for n in names if n.startswith("wde-"))))
 
 
