@@ -14,6 +14,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
+from wde_core.stages.request import InputError
+
 ERRORS = ("raise", "return")
 
 
@@ -22,7 +24,9 @@ class ChunkError(Exception):
     method raised for it (which names the input and the field)."""
 
     def __init__(self, index: int, cause: BaseException) -> None:
-        super().__init__(f"chunk {index}: {type(cause).__name__}: {cause}")
+        kind = type(cause)  # an InputError by the built-in class users catch it as (TypeError, ValueError)
+        kind = next(c for c in kind.__mro__ if c.__module__ == "builtins") if isinstance(cause, InputError) else kind
+        super().__init__(f"chunk {index}: {kind.__name__}: {cause}")
         self.index, self.cause = index, cause
         self.__cause__ = cause
 
