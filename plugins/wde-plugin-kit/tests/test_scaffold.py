@@ -33,6 +33,22 @@ def wde_imports(path) -> set[str]:
     return found
 
 
+def declared_kind(generated) -> str | None:
+    """``[tool.wde] kind`` of the generated ``pyproject.toml`` (what tests/test_plugin_depth.py reads)."""
+    import tomllib
+
+    return tomllib.loads((generated / "pyproject.toml").read_text()).get("tool", {}).get("wde", {}).get("kind")
+
+
+def registers_a_model(plugin_py: Path) -> bool:
+    """Whether the generated hook module links an architecture to a model class of its own package."""
+    tree = ast.parse(plugin_py.read_text(encoding="utf-8"))
+    hooks = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    models = [kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+              for kw in node.keywords if kw.arg == "model" and isinstance(kw.value, ast.Constant)]
+    return "wde_register_architectures" in hooks and any(m.startswith(f"{plugin_py.parent.name}.") for m in models)
+
+
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
     """The distribution written by ``wde plugin new wde-scaffold-demo --architecture ScaffoldDemoModel``."""
@@ -52,6 +68,8 @@ def test_writes_the_distribution(generated):
     assert f'"{NAME}" = "{PACKAGE}.plugin"' in pyproject
     plugin_py = (generated / PACKAGE / "plugin.py").read_text()
     assert f'architecture="{ARCH}"' in plugin_py and f'model="{PACKAGE}.model:{ARCH}"' in plugin_py
+    # a model of its own makes it a family (docs/plugin-guide.md, "Shallow dependencies")
+    assert registers_a_model(generated / PACKAGE / "plugin.py") and declared_kind(generated) == "family"
     assert "{{" not in "".join(p.read_text() for p in generated.rglob("*") if p.is_file())
 
 
@@ -147,6 +165,8 @@ def test_image_modality_writes_a_vision_tower_on_the_image_text_workflow(generat
     plugin_py = (generated_vision / VISION_PACKAGE / "plugin.py").read_text()
     assert f'architecture="{VISION_ARCH}"' in plugin_py and 'IMAGE_TEXT_WORKFLOW = "image-text"' in plugin_py
     assert f'model="{VISION_PACKAGE}.model:{VISION_ARCH}"' in plugin_py
+    assert registers_a_model(generated_vision / VISION_PACKAGE / "plugin.py")
+    assert declared_kind(generated_vision) == "family"
     assert "from wde_clip.public import ImageTextBatch" in (generated_vision / VISION_PACKAGE / "model.py").read_text()
     assert "{{" not in "".join(p.read_text() for p in generated_vision.rglob("*") if p.is_file())
     for path in generated_vision.rglob("*.py"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from test_scaffold import ALLOWED_IMPORTS, non_blank_lines, wde_imports
+from test_scaffold import ALLOWED_IMPORTS, declared_kind, non_blank_lines, registers_a_model, wde_imports
 from wde_plugin_kit.scaffold import plugin, task_class
 
 # the plugin guide's worked example, section 16: `wde plugin new wde-maxsim --task maxsim`
@@ -43,8 +43,10 @@ def test_writes_a_task_with_its_method_output_processor_workflow_and_link(genera
     assert f'TASK = "{TASK}"' in plugin_py and f'"{PACKAGE}.tasks:{TASK}"' in plugin_py
     assert f'"{PACKAGE}.output:MaxsimOutputProcessor"' in plugin_py and f'architecture="{ARCH}"' in plugin_py
     assert "replace(EMBED_WORKFLOW, name=TASK, output_processor=TASK" in plugin_py
-    assert f"def {TASK}(engine, queries" in (generated / PACKAGE / "tasks.py").read_text()
+    assert f"def {TASK}(context, queries" in (generated / PACKAGE / "tasks.py").read_text()
     assert f'"{NAME}" = "{PACKAGE}.plugin"' in (generated / "pyproject.toml").read_text()
+    # a task with its own workflow is a capability, but this one also registers its model: a family
+    assert registers_a_model(generated / PACKAGE / "plugin.py") and declared_kind(generated) == "family"
     assert "{{" not in "".join(p.read_text() for p in generated.rglob("*") if p.is_file())
     for path in generated.rglob("*.py"):
         assert wde_imports(path) <= ALLOWED_IMPORTS, path
