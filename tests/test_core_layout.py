@@ -13,7 +13,7 @@ from test_contracts import code_lines
 ROOT = Path(__file__).resolve().parents[1]
 
 # The budget's history, each rise with its reason, is docs/core-budget.md: a rise adds its reason there.
-CODE_LINE_BUDGET = 3584
+CODE_LINE_BUDGET = 3587
 C_SOURCES = ("*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.cu")
 
 
