@@ -23,7 +23,9 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
             "./plugins/wde-tensor-parallel", "./plugins/wde-pipeline-parallel", "./plugins/wde-data-parallel",
             "./plugins/wde-worker-processes",
             "./plugins/wde-plugin-kit", "./plugins/wde-batch", "./plugins/wde-clip", "./plugins/wde-splade",
-            "./plugins/wde-qwen2-vl", "./plugins/wde-paligemma", "./plugins/wde-qwen3-vl"]
+            "./plugins/wde-qwen2-vl", "./plugins/wde-paligemma", "./plugins/wde-qwen3-vl",
+            "./plugins/wde-images", "./plugins/wde-late-interaction", "./plugins/wde-vision-language",
+            "./plugins/wde-llm-rerank"]
 # wde-cpu-kernels is compiled at install (a CppExtension against the session's torch, hence no build isolation):
 # kernels_wheel() builds its wheel once for all sessions
 # the server tests drive wde serve with the official clients and fuzz it with hypothesis

@@ -276,11 +276,12 @@ def _processor(path: str):
 
 def preprocessing_ms(path: str, images: list) -> tuple[float, float]:
     """Milliseconds per image, one thread, of transformers' image processor of the directory (as sentence-transformers
-    and ``CLIPProcessor`` run it) and of wde-clip's bit-exact copy of it (``wde_clip.pixels``; nan without wde-clip)."""
+    and ``CLIPProcessor`` run it) and of wde-images' bit-exact copy of it (``wde_images.pixels``; nan without
+    wde-images)."""
     processor = _processor(path)
     runs = {"transformers": lambda batch: processor(images=batch, return_tensors="pt")}
     try:
-        from wde_clip.pixels import exact_preprocessor
+        from wde_images.public import exact_preprocessor
 
         runs["wde"] = exact_preprocessor(processor) or runs["transformers"]
     except ImportError:

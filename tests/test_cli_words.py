@@ -58,7 +58,7 @@ def test_rerank_on_an_embedder_names_the_command_and_the_api_keeps_its_words(wde
     line = error_line(wde("rerank", "-m", tiny_st_bert_dir, "--device", "cpu", QUERY, *DOCS))
     assert line == (f"Error: wde rerank serves the 'rerank' task, but model '{tiny_st_bert_dir}' is served for the "
                     "'embed' task; use wde encode")
-    # installed plugins' tasks serve embed models too (wde-clip's similarity, wde-qwen2-vl's multi_vector_*)
+    # installed plugins' tasks serve embed models too (wde-clip's similarity, wde-late-interaction's multi_vector_*)
     methods = r"use encode\(\)(, | and )embed_tokens\(\)(, \w+\(\))*( and \w+\(\))?$"
     with pytest.raises(TypeError, match=r"^rerank\(\) serves .* " + methods):
         Engine(str(tiny_st_bert_dir), device="cpu").rerank(QUERY, DOCS)

@@ -79,7 +79,7 @@ def test_the_table_has_one_row_per_task_then_what_serves_them(isolated_host):
     assert rows["rerank"].split()[:4] == ["rerank", "score,", "rerank", "wde-core"]
     assert rows["similarity"].split()[:3] == ["similarity", "similarity", "wde-clip"]
     assert rows["late_interaction"].split()[:4] == ["late_interaction", "multi_vector_scores,", "multi_vector_rerank",
-                                                    "wde-qwen2-vl"]
+                                                    "wde-late-interaction"]
     served = "embed, late_interaction, similarity, token_embed: served by the models linked for embed"
     assert served in lines
     block = out.split(served, 1)[1].split("\n\n")[0]

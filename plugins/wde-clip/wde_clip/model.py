@@ -1,20 +1,15 @@
-"""The dual encoder: a text tower and a vision tower (either may be absent) whose vectors share one space,
-with HF ``CLIPModel`` / ``SiglipModel`` checkpoint names mapped onto them."""
+"""The dual encoder: a text tower and a vision tower (wde-images' ViT; either may be absent) whose vectors share one
+space, with HF ``CLIPModel`` / ``SiglipModel`` checkpoint names mapped onto them."""
 
 from __future__ import annotations
-
-import re
 
 import torch
 from torch import nn
 
-from wde_core.plugin_api import Linear
-from wde_clip.towers import EncoderLayer, TextTower, VisionTower
+from wde_clip.text_tower import TextTower
 from wde_clip.towers_config import Towers
-
-_QKV = re.compile(r"^(.+\.layers\.\d+)\.self_attn\.([qkv])_proj\.(weight|bias)$")
-_RENAMES = ((".self_attn.out_proj.", ".out_proj."), (".mlp.fc1.", ".fc1."), (".mlp.fc2.", ".fc2."))
-_SKIPPED = ("logit_scale", "logit_bias", "text_model.embeddings.position_ids", "vision_model.embeddings.position_ids")
+from wde_core.plugin_api import Linear
+from wde_images.public import VisionTower, fold_quick_gelu, map_tower_name
 
 
 class DualEncoder(nn.Module):
@@ -50,24 +45,12 @@ class DualEncoder(nn.Module):
         return {"hidden": dense, "dense": dense}
 
     def after_load_weights(self) -> None:
-        """Fold CLIP's quick_gelu into its layers' weights (see :class:`EncoderLayer`)."""
-        for module in self.modules():
-            if isinstance(module, EncoderLayer):
-                module.fold_quick_gelu()
+        """Fold CLIP's quick_gelu into its layers' weights (wde-images' ``EncoderLayer.fold_quick_gelu``)."""
+        fold_quick_gelu(self)
 
     def map_checkpoint_name(self, name: str):
         """HF name -> ``(parameter, rows)``: q/k/v into the fused QKV rows, the MLP and head renamed."""
         if self.text_model is None or self.vision_model is None:  # a tower alone: saved with or without its prefix
             tower = "text_model." if self.vision_model is None else "vision_model."
             name = name if name.startswith((tower, "text_projection", "visual_projection")) else tower + name
-        if name.startswith(_SKIPPED):
-            return None
-        match = _QKV.match(name)
-        if match:
-            prefix, part, kind = match.groups()
-            size = self.get_submodule(prefix).qkv.out_features // 3
-            index = "qkv".index(part)
-            return f"{prefix}.qkv.{kind}", slice(index * size, (index + 1) * size)
-        for old, new in _RENAMES:
-            name = name.replace(old, new)
-        return name.replace("head.mlp.", "head."), None
+        return map_tower_name(self, name)

@@ -11,12 +11,11 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, HFTokenizer, ImageInput, InputTypeError,
-                                 InputValueError, ModelInput, Request, TextInputProcessor, TokenEmbedOptions,
-                                 as_image_input, move_to)
-from wde_clip.images import load_image
-from wde_clip.pixels import exact_preprocessor
-from wde_clip.towers import pooled_token
+                                 InputValueError, ModelInput, Request,
+                                 TextInputProcessor, TokenEmbedOptions, as_image_input, move_to)
+from wde_clip.text_tower import pooled_token
 from wde_clip.towers_config import Towers
+from wde_images.public import exact_preprocessor, load_image
 
 
 PREPROCESS_CHUNK = 16  # images decoded at once: bounds the decoded originals held, amortizes the processor's call
@@ -101,7 +100,7 @@ class ImageTextTokenizer(HFTokenizer):
         time: only preprocessed pixels are kept, so a call's memory grows with its images at the model's size."""
         for start in range(0, len(requests), PREPROCESS_CHUNK):
             chunk = requests[start:start + PREPROCESS_CHUNK]
-            pictures = [load_image(r.image, f"input {r.index}") for r in chunk]
+            pictures = [load_image(r.image, r.index) for r in chunk]
             if self.exact_preprocess is not None:  # the processor's own values, bit for bit, in less time
                 processed = {"pixel_values": self.exact_preprocess(pictures)}
             else:

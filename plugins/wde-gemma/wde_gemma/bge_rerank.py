@@ -11,7 +11,7 @@ import torch
 
 from wde_core.plugin_api import HFTokenizer, InputValueError, Request
 from wde_gemma.model import GemmaEmbedder
-from wde_qwen2_bidir.public import AnswerRows, mark_shared_prefixes, name_match, require_answer_at_last_token
+from wde_llm_rerank.public import AnswerRows, mark_shared_prefixes, name_match, require_answer_at_last_token
 
 # FlagEmbedding's defaults: query "A: {query}", passage "B: {passage}", then this prompt after a newline
 PROMPT = ("Given a query A and a passage B, determine whether the passage contains an answer to the query by "

@@ -1,5 +1,5 @@
 """Registers Gemma 3 text (``Gemma3TextModel``, EmbeddingGemma) for the core's embed workflow, and
-bge-reranker-v2-gemma (``GemmaForCausalLM``) as an LLM reranker on wde-qwen2-bidir's pair stages."""
+bge-reranker-v2-gemma (``GemmaForCausalLM``) as an LLM reranker on wde-llm-rerank's pair stages."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def wde_register_tokenizers(register):
 
 @hookimpl
 def wde_register_workflows(register):
-    """Pairs -> FlagLLMReranker's prompt -> sigmoid(logit Yes), with wde-qwen2-bidir's pair stages."""
+    """Pairs -> FlagLLMReranker's prompt -> sigmoid(logit Yes), with wde-llm-rerank's pair stages."""
     register(replace(EMBED_WORKFLOW, name="bge-gemma-rerank", input_processor="llm-pairs", tokenizer="bge-gemma-rerank",
                      output_processor="yes-no-score", engine_args="llm-rerank",
                      description="(query, passage) pairs -> FlagLLMReranker prompt -> sigmoid(logit Yes)"))

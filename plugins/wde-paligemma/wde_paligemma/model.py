@@ -1,4 +1,4 @@
-"""ColPali (``ColPaliForRetrieval``): PaliGemma's SigLIP vision tower (wde-clip's), its linear projector and its Gemma
+"""ColPali (``ColPaliForRetrieval``): PaliGemma's SigLIP vision tower (wde-images'), its linear projector and its Gemma
 decoder (wde-gemma's), then a linear projection of every token's last state, L2-normalized: one vector per token,
 scored by late interaction (MaxSim).
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wde_clip.public import DualEncoder
 from wde_core.plugin_api import Linear
 from wde_gemma.public import GemmaEmbedder
+from wde_images.public import VisionEncoder
 
 _SKIPPED = ("lm_head.", "language_model.lm_head.")
 
@@ -24,7 +24,7 @@ class ColPali(nn.Module):
     def __init__(self, config, attention, settings=None) -> None:
         super().__init__()
         vlm = config.vlm_config
-        self.vision_tower = DualEncoder(vlm.vision_config, attention)  # the SigLIP vision tower alone
+        self.vision_tower = VisionEncoder(vlm.vision_config, attention)  # the SigLIP vision tower alone
         self.multi_modal_projector = nn.Module()
         self.multi_modal_projector.linear = Linear(vlm.vision_config.hidden_size, vlm.projection_dim)
         self.language_model = GemmaEmbedder(vlm.text_config, attention, settings)

@@ -1,6 +1,7 @@
 """Registers ColPali (``ColPaliForRetrieval``: PaliGemma's SigLIP vision tower, projector and Gemma decoder, one
-normalized vector per token) for the embed task, and its workflow: wde-qwen2-vl's query/page input processor and
-multi-vector output (its ``late_interaction`` task scores them by MaxSim) around ColPali's tokenizer and batches."""
+normalized vector per token) for the embed task, and its workflow: wde-vision-language's query/page input processor
+and wde-late-interaction's multi-vector output (its ``late_interaction`` task scores them by MaxSim) around ColPali's
+tokenizer and batches."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Stages of the ``colpali`` workflow (beside wde-qwen2-vl's query/page input processor and multi-vector output):
-queries and pages laid out by the directory's own ``ColPaliProcessor`` (a query: ``<bos>``, the query prefix, the
-text, ten augmentation tokens and a newline; a page: one ``<image>`` token per patch, ``<bos>``, the visual prompt and
-a newline), the pages' pixels as its image processor makes them; batches packing them all, the pixels stacked."""
+"""Stages of the ``colpali`` workflow (beside wde-vision-language's query/page input processor and
+wde-late-interaction's multi-vector output): queries and pages laid out by the directory's own ``ColPaliProcessor``
+(a query: ``<bos>``, the query prefix, the text, ten augmentation tokens and a newline; a page: one ``<image>`` token
+per patch, ``<bos>``, the visual prompt and a newline), the pages' pixels as its image processor makes them; batches
+packing them all, the pixels stacked."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import torch
 
-from wde_clip.public import exact_preprocessor, load_image
 from wde_core.plugin_api import FlatBatchBuilder, ModelInput, Request
-from wde_qwen2_vl.public import QueryPageTokenizer
+from wde_images.public import exact_preprocessor, load_image
+from wde_vision_language.public import QueryPageTokenizer
 
 
 def image_tokens(config) -> int:
@@ -29,9 +30,9 @@ class PagePixels:
 
 
 class ColPaliTokenizer(QueryPageTokenizer):
-    """Queries as ``ColPaliProcessor.process_queries`` lays them out (wde-qwen2-vl's query handling: placeholders
+    """Queries as ``ColPaliProcessor.process_queries`` lays them out (wde-vision-language's query handling: placeholders
     refused, cut to ``max_model_len`` when ``truncate``); a page's tokens (the same for every page) and pixels as
-    ``process_images`` makes them, the pixels through wde-clip's exact PIL preprocessing where it applies."""
+    ``process_images`` makes them, the pixels through wde-images' exact PIL preprocessing where it applies."""
 
     def __init__(self, pipeline) -> None:
         super().__init__(pipeline)
@@ -49,7 +50,7 @@ class ColPaliTokenizer(QueryPageTokenizer):
 
     def preprocess(self, request: Request) -> None:
         """Decode the page (errors name the input), its pixels and token ids as the processor makes them."""
-        picture = load_image(request.image, f"input {request.index}")
+        picture = load_image(request.image, request.index)
         if self.exact is not None:  # the processor's own values, bit for bit, in less time
             pixels = self.exact([picture])[0]
         else:

@@ -1,5 +1,6 @@
-"""Qwen3-Reranker as an LLM yes/no reranker: the decoder, then only the "yes" and "no" rows of the
-language-model head at the last token of each sequence; score = sigmoid(logit(yes) - logit(no)).
+"""Qwen3-Reranker as an LLM yes/no reranker: pairs in its model card's chat prompt, the decoder, then only the "yes"
+and "no" rows of the language-model head at the last token of each sequence (wde-llm-rerank's ``AnswerRows``);
+score = sigmoid(logit(yes) - logit(no)).
 
 Recognised by the ``qwen3-reranker`` variant of ``Qwen3ForCausalLM`` (the model's name, path or
 ``_name_or_path``) and forced by the engine argument ``task="rerank"``.
@@ -8,27 +9,14 @@ Recognised by the ``qwen3-reranker`` variant of ``Qwen3ForCausalLM`` (the model'
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from wde_qwen2_bidir.attention_mode import read_config_json
+from wde_core.plugin_api import HFTokenizer, InputValueError, Request
+from wde_llm_rerank.public import (AnswerRows, answer_token_ids, mark_shared_prefixes, name_match,
+                                    require_answer_at_last_token)
 from wde_qwen2_bidir.model import DecoderEmbedder
+from wde_qwen2_bidir.prompts import QWEN3_RERANK_TASK, RERANK_PREFIX, RERANK_SUFFIX, qwen3_rerank_body
 
 KNOWN_RERANKERS = ("qwen3-reranker",)
-ANSWERS = ("yes", "no")
-
-
-def names_of(directory) -> list[str]:
-    """The model's id, its path and the ``_name_or_path`` of its ``config.json``: what variant matchers read."""
-    return [str(directory.name), str(directory.path), str(read_config_json(directory.path).get("_name_or_path") or "")]
-
-
-def name_match(directory, fragment: str, kind: str) -> str | None:
-    """A variant matcher's reason, ``"{kind} ('{fragment}' in '{name}')"``, when one of :func:`names_of` holds
-    ``fragment`` (any case); else ``None``."""
-    for name in names_of(directory):
-        if fragment in name.lower():
-            return f"{kind} ({fragment!r} in {name!r})"
-    return None
 
 
 def is_qwen3_reranker(directory) -> str | None:
@@ -40,31 +28,6 @@ def is_qwen3_reranker(directory) -> str | None:
     return None
 
 
-def answer_token_ids(path) -> list[int]:
-    """The ids of the single tokens "yes" and "no" in the model's tokenizer; ``ValueError`` if either is missing."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    ids = []
-    for answer in ANSWERS:
-        token_id = tokenizer.convert_tokens_to_ids(answer)
-        if token_id is None or token_id == tokenizer.unk_token_id:
-            raise ValueError(f"model at {path}: the tokenizer has no single token {answer!r}, which an LLM "
-                             "yes/no reranker scores")
-        ids.append(int(token_id))
-    return ids
-
-
-def require_answer_at_last_token(propose, answers: str) -> None:
-    """What every LLM reranker needs, refusing engine arguments that ask otherwise: causal attention, the last
-    token pooled (where the model answers), no normalization."""
-    propose.require("causal", True, "an LLM reranker reads its prompt as the language model does")
-    propose.require("pooling", "last", f"last token: the position where the model answers {answers}")
-    propose.require("normalize", False, "a reranker's answer logits are scores, not vectors to normalize")
-    propose.notes["shared_prefix"] = ("pairs of one query hold their prompt's common leading tokens once per batch "
-                                      "(engine argument share_prefix=False: every pair whole)")
-
-
 def configure_rerank(propose, directory, args) -> None:
     """Causal attention, last-token pooling, sigmoid, and the yes/no token ids (in ``extras``)."""
     from wde_core.plugin_api import rope_type
@@ -74,42 +37,6 @@ def configure_rerank(propose, directory, args) -> None:
     ids = propose.extras["answer_token_ids"] = answer_token_ids(directory.path)
     propose.require("activation", "sigmoid", f"sigmoid(logit('yes') - logit('no')) at the last token (token ids "
                                              f"{ids}), as Qwen3-Reranker's model card scores")
-
-
-class AnswerRows:
-    """Mixin for an LLM reranker model: its language-model head (or the tied embeddings) is cut at load to the
-    rows of the answer tokens, ``settings.extras["answer_token_ids"]``; ``answer_logits`` computes only those."""
-
-    def init_answer_rows(self, config, settings, *, tied_by_default: bool) -> None:
-        """Call from ``__init__`` after the base model's: the ids, and the full head when it is not tied."""
-        self.answer_ids = list(settings.extras["answer_token_ids"])
-        self.tied = bool(getattr(config, "tie_word_embeddings", tied_by_default))
-        if not self.tied:  # the full head is read, then cut to its rows in after_load_weights
-            self.lm_head = nn.Parameter(torch.empty(config.vocab_size, config.hidden_size))
-        self.answer_rows = None
-
-    @property
-    def pipeline_tied(self) -> tuple[str, ...]:
-        """Under pipeline parallelism the last stage reads the tied embeddings while loading, to cut the answer rows."""
-        return ("embed_tokens",) if self.tied else ()
-
-    def after_load_weights(self) -> None:
-        """The base model's buffers, then keep only the answer rows of the head (tied: of the embeddings)."""
-        super().after_load_weights()
-        source = self.embed_tokens.weight if self.tied else self.lm_head
-        self.answer_rows = nn.Parameter(source.detach()[self.answer_ids].clone(), requires_grad=False)
-        if not self.tied:
-            del self.lm_head
-
-    def answer_logits(self, pooled: torch.Tensor) -> torch.Tensor:
-        """``[B, answers]``: the answer tokens' logits at each sequence's pooled (last) token."""
-        return pooled @ self.answer_rows.T
-
-    def map_checkpoint_name(self, name: str):
-        """The base model's names, and ``lm_head.weight`` when the head is not tied to the embeddings."""
-        if name == "lm_head.weight" and not self.tied:
-            return "lm_head", None
-        return super().map_checkpoint_name(name)
 
 
 class Qwen3YesNoReranker(AnswerRows, DecoderEmbedder):
@@ -125,3 +52,31 @@ class Qwen3YesNoReranker(AnswerRows, DecoderEmbedder):
         """``[B, 1]``: logit("yes") - logit("no") of each sequence's last token."""
         logits = self.answer_logits(pooled)
         return logits[:, :1] - logits[:, 1:]
+
+
+class Qwen3RerankTokenizer(HFTokenizer):
+    """Prefix tokens + the pair's ``<Instruct>/<Query>/<Document>`` tokens + suffix tokens, as the model
+    card builds them (the middle cut at its end to fit ``max_model_len`` when truncating)."""
+
+    def __init__(self, pipeline) -> None:
+        super().__init__(pipeline)
+        self.pipeline = pipeline
+        self.instruction = getattr(pipeline.args, "instruction", None) or QWEN3_RERANK_TASK
+        self.prefix = self.tokenizer(RERANK_PREFIX, add_special_tokens=False)["input_ids"]
+        self.suffix = self.tokenizer(RERANK_SUFFIX, add_special_tokens=False)["input_ids"]
+        self.room = self.max_len - len(self.prefix) - len(self.suffix)
+        if self.room < 1:
+            raise ValueError(f"max_model_len={self.max_len} leaves no room for a pair within the reranker's prompt")
+
+    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
+        """Fill token ids; ``truncate=False`` refuses a pair longer than ``max_model_len``."""
+        bodies = [qwen3_rerank_body(r.text[0], r.text[1], self.instruction) for r in requests]
+        encoded = self.tokenizer(bodies, add_special_tokens=False, truncation=truncate is True,
+                                 max_length=self.room if truncate is True else None, return_attention_mask=False,
+                                 verbose=False)["input_ids"]
+        for request, ids in zip(requests, encoded):
+            request.token_ids = self.prefix + list(ids) + self.suffix
+            if truncate is False and request.num_tokens > self.max_len:
+                raise InputValueError(request.index, f"the formatted pair has {request.num_tokens} tokens, more "
+                                 f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
+        mark_shared_prefixes(requests, self.pipeline)

@@ -8,9 +8,8 @@ Recognised by the ``mxbai-rerank-v2`` variant (``mxbai-rerank`` in the model's n
 from __future__ import annotations
 
 from wde_core.plugin_api import HFTokenizer, InputValueError, Request
+from wde_llm_rerank.public import mark_shared_prefixes, name_match, require_answer_at_last_token
 from wde_qwen2_bidir import prompts as p
-from wde_qwen2_bidir.llm_rerank import name_match, require_answer_at_last_token
-from wde_qwen2_bidir.rerank_stages import mark_shared_prefixes
 
 
 def is_mxbai_reranker(directory) -> str | None:

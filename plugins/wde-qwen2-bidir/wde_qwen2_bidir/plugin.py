@@ -1,6 +1,7 @@
 """Registers the decoder-embedding workflow, its engine arguments and tokenizer, and the decoder
 architectures (Qwen2, Qwen3, Llama, Mistral; base models and ``*ForCausalLM`` checkpoints alike); and
-Qwen3-Reranker as an LLM yes/no reranker (workflow ``llm-rerank``)."""
+Qwen3-Reranker and mxbai-rerank-v2 as LLM rerankers (workflows ``llm-rerank``, ``mxbai-rerank``) on
+wde-llm-rerank's pair stages."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ ARCHITECTURES = {
 DEFAULTS = {"pooling": "last", "normalize": True, "causal": True}
 
 
-RERANK = "wde_qwen2_bidir.rerank_stages"
+RERANK = "wde_qwen2_bidir.llm_rerank"
 # architecture, workflow, variant, module, matcher, configure, description: the LLM rerankers' links
 LLM_RERANKERS = (
     ("Qwen3ForCausalLM", "llm-rerank", "qwen3-reranker", "wde_qwen2_bidir.llm_rerank", "is_qwen3_reranker",
@@ -37,22 +38,9 @@ LLM_RERANKERS = (
 
 @hookimpl
 def wde_register_engine_args(register):
-    """The core's engine arguments plus ``enable_bidirectional``; for the LLM reranker, ``instruction``."""
+    """The core's engine arguments plus ``enable_bidirectional``."""
     register("decoder", "wde_qwen2_bidir.engine_args:DecoderEngineArgs",
              "the core's arguments plus enable_bidirectional (True, False, or None to follow the model)")
-    register("llm-rerank", f"{RERANK}:LlmRerankEngineArgs", "the core's arguments plus instruction (the rerank task)")
-
-
-@hookimpl
-def wde_register_input_processors(register):
-    """(query, document) pairs for the LLM reranker."""
-    register("llm-pairs", f"{RERANK}:PairInputProcessor", "(query, document) pairs, checked before any work")
-
-
-@hookimpl
-def wde_register_output_processors(register):
-    """One yes/no score per pair."""
-    register("yes-no-score", f"{RERANK}:YesNoScoreOutputProcessor", "sigmoid(logit yes - logit no) per pair")
 
 
 @hookimpl
@@ -93,7 +81,7 @@ def wde_register_architectures(register):
     for architecture, workflow, variant, module, matcher, configure, description in LLM_RERANKERS:
         register(ArchitectureLink(
             architecture=architecture, task="rerank", workflow=workflow,
-            model="wde_qwen2_bidir.llm_rerank:Qwen3YesNoReranker",
+            model=f"{RERANK}:Qwen3YesNoReranker",
             defaults={"pooling": "last", "normalize": False, "causal": True, "activation": "sigmoid"},
             variant=variant, matches=f"{module}:{matcher}", configure=f"{module}:{configure}",
             description=f"{description} (task='rerank' forces it)",

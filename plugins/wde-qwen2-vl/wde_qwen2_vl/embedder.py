@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from wde_qwen2_bidir.public import DecoderEmbedder
-from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, mrope_rotary, text_config, vision_tower
+from wde_qwen2_vl.vl_decoder import embed_with_images, mrope_rotary, text_config
+from wde_vision_language.public import map_vl_name, vision_tower
 
 
 class Qwen2VLEmbedder(nn.Module):

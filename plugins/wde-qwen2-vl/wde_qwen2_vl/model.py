@@ -12,7 +12,8 @@ from torch import nn
 
 from wde_core.plugin_api import Linear
 from wde_qwen2_bidir.public import DecoderEmbedder
-from wde_qwen2_vl.vl_decoder import embed_with_images, map_vl_name, text_config, vision_tower
+from wde_qwen2_vl.vl_decoder import embed_with_images, text_config
+from wde_vision_language.public import map_vl_name, vision_tower
 
 
 class ColQwen2(nn.Module):

@@ -1,25 +1,14 @@
 """Registers ColQwen2 and ColQwen2.5 (``ColQwen2ForRetrieval`` on a Qwen2-VL or Qwen2.5-VL backbone: its vision tower
 and decoder, one normalized vector per token) and Qwen2-VL / Qwen2.5-VL single-vector embedders
 (``Qwen2VLForConditionalGeneration``, ``Qwen2VLModel``, ``Qwen2_5_VLForConditionalGeneration``, ``Qwen2_5_VLModel``:
-GME, DSE) for the embed task, their workflows and stages, and the late_interaction task."""
+GME, DSE) for the embed task, and their workflows: wde-vision-language's stages (query/page; text/image with M-RoPE)
+and wde-late-interaction's multi-vector output, which its ``late_interaction`` task scores."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, Task, hookimpl
-
-_S = "wde_qwen2_vl.stages"
-_VT = "wde_qwen2_vl.vision_text"
-
-
-@hookimpl
-def wde_register_tasks(register):
-    """late_interaction: MaxSim scores and rankings of multi-vector models (served by embed-linked models)."""
-    register(Task("late_interaction", {"multi_vector_scores": "wde_qwen2_vl.tasks:multi_vector_scores",
-                                       "multi_vector_rerank": "wde_qwen2_vl.tasks:multi_vector_rerank"},
-                  inputs="queries (str) and documents (page images or texts)", served_by=("embed",),
-                  description="MaxSim scores between multi-vector queries and documents (ColQwen2, ColPali)"))
+from wde_core.plugin_api import EMBED_WORKFLOW, ArchitectureLink, hookimpl
 
 
 @hookimpl
@@ -46,7 +35,8 @@ def wde_register_architectures(register):
 
 @hookimpl
 def wde_register_workflows(register):
-    """The embed workflow with query/page stages and the multi-vector output; with text/image stages (M-RoPE)."""
+    """The embed workflow with wde-vision-language's query/page stages and wde-late-interaction's multi-vector output;
+    with wde-vision-language's text/image stages (M-RoPE)."""
     register(replace(EMBED_WORKFLOW, name="colqwen2", input_processor="query-page", tokenizer="colqwen2",
                      model_input_builder="query-page", output_processor="multi-vector",
                      description="queries and page images -> [tokens, dim] per input (output='multi_vector')"))
@@ -54,39 +44,3 @@ def wde_register_workflows(register):
                      model_input_builder="vision-text", engine_args="vision-text",
                      description="texts, images, text + image -> Qwen2-VL / Qwen2.5-VL last-token embeddings "
                                  "(M-RoPE)"))
-
-
-@hookimpl
-def wde_register_engine_args(register):
-    """The core's arguments plus the vision-language embedders' framing (plain or chat), instruction and chat
-    suffix."""
-    register("vision-text", "wde_qwen2_vl.framing:VisionTextEngineArgs",
-             "the core's arguments plus framing ('plain' or 'chat'), instruction and chat_suffix")
-
-
-@hookimpl
-def wde_register_input_processors(register):
-    """Queries (str) and pages (images) in one list."""
-    register("query-page", f"{_S}:QueryPageInputProcessor", "str queries and page images, mixed")
-    register("vision-text", f"{_VT}:VisionTextInputProcessor", "texts, images and {'text', 'image'} dicts, mixed")
-
-
-@hookimpl
-def wde_register_tokenizers(register):
-    """The directory's ColQwen2Processor: query prefix and augmentation, the page's visual prompt and patches."""
-    register("colqwen2", f"{_S}:QueryPageTokenizer", "ColQwen2Processor: queries and pages as it lays them out")
-    register("qwen2-vl", f"{_VT}:VisionTextTokenizer",
-             "Qwen2VLProcessor's layout (the image placeholder, then the text), or the model's chat template")
-
-
-@hookimpl
-def wde_register_model_input_builders(register):
-    """The packed batch plus the pages' patches."""
-    register("query-page", f"{_S}:QueryPageBatchBuilder", "packed batch with the pages' patches and grids")
-    register("vision-text", f"{_VT}:VisionTextBatchBuilder", "packed batch, images' patches, M-RoPE positions")
-
-
-@hookimpl
-def wde_register_output_processors(register):
-    """Every token's normalized vector."""
-    register("multi-vector", f"{_S}:MultiVectorOutputProcessor", "[tokens, dim] per input (late interaction)")

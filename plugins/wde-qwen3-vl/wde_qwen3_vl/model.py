@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from wde_core.plugin_api import rope_parameters
-from wde_qwen2_bidir.public import AnswerRows, DecoderEmbedder
-from wde_qwen2_vl.public import map_vl_name
+from wde_llm_rerank.public import AnswerRows
+from wde_qwen2_bidir.public import DecoderEmbedder
+from wde_vision_language.public import map_vl_name
 from wde_qwen3_vl.rerank import answer_head_config
 from wde_qwen3_vl.vision import Qwen3VisionTower
 

@@ -1,8 +1,8 @@
 """Registers Qwen3-VL single-vector embedders (``Qwen3VLForConditionalGeneration``, ``Qwen3VLModel``: the
-Qwen3-VL-Embedding family) for the embed task, on a workflow of wde-qwen2-vl's text/image input processor and
+Qwen3-VL-Embedding family) for the embed task, on a workflow of wde-vision-language's text/image input processor and
 tokenizer around this plugin's batches (the images' position-embedding taps) and model; and Qwen3-VL-Reranker
 (``Qwen3VLForConditionalGeneration``, variant ``qwen3-vl-reranker``) for the rerank task: (query, document) pairs
-with texts and images, scored yes/no by wde-qwen2-bidir's output processor."""
+with texts and images, scored yes/no by wde-llm-rerank's output processor."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def wde_register_architectures(register):
 
 @hookimpl
 def wde_register_workflows(register):
-    """The embed workflow with wde-qwen2-vl's text/image stages and Qwen3-VL's batches."""
+    """The embed workflow with wde-vision-language's text/image stages and Qwen3-VL's batches."""
     register(replace(EMBED_WORKFLOW, name="qwen3-vl-embed", input_processor="vision-text", tokenizer="qwen2-vl",
                      model_input_builder="qwen3-vl", engine_args="vision-text",
                      description="texts, images, text + image -> Qwen3-VL last-token embeddings (deepstack, "
@@ -70,6 +70,6 @@ def wde_register_tokenizers(register):
 
 @hookimpl
 def wde_register_model_input_builders(register):
-    """wde-qwen2-vl's text/image batch plus each patch's position-embedding taps."""
+    """wde-vision-language's text/image batch plus each patch's position-embedding taps."""
     register("qwen3-vl", "wde_qwen3_vl.stages:Qwen3VLBatchBuilder",
              "packed batch, images' patches, M-RoPE positions, learned-position taps")

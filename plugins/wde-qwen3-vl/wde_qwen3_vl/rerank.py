@@ -2,7 +2,7 @@
 official script lays them out (a system turn asking for "yes" or "no", then ``<Instruct>: ...<Query>:...`` and
 ``\\n<Document>:...`` in the user turn, each side's image before its text, ``NULL`` for an empty side, the assistant's
 header last), scored ``sigmoid(logit("yes") - logit("no"))`` at the last token: only those two rows of the
-language-model head are kept (wde-qwen2-bidir's ``AnswerRows``)."""
+language-model head are kept (wde-llm-rerank's ``AnswerRows``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from wde_core.plugin_api import EngineArgs, ImageInput, Request, ScoreOptions, as_image_input
 from wde_core.plugin_api import InputTypeError, InputValueError
-from wde_qwen2_vl.public import VisionTextTokenizer, refuse_placeholders
+from wde_vision_language.public import VisionTextTokenizer, refuse_placeholders
 
 SYSTEM = ("Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that "
           "the answer can only be \"yes\" or \"no\".")
@@ -24,7 +24,7 @@ SIDES = ("query", "document")
 
 def is_qwen3_vl_reranker(directory) -> str | None:
     """The variant's matcher: a reason when the model id, path or ``_name_or_path`` names a Qwen3-VL-Reranker."""
-    from wde_qwen2_bidir.public import name_match
+    from wde_llm_rerank.public import name_match
 
     return name_match(directory, "qwen3-vl-reranker", "Qwen3-VL yes/no reranker")
 
@@ -32,7 +32,7 @@ def is_qwen3_vl_reranker(directory) -> str | None:
 def configure(propose, directory, args) -> None:
     """Causal attention, the last token pooled, sigmoid of logit("yes") - logit("no"), the answers' token ids."""
     from wde_core.plugin_api import rope_type
-    from wde_qwen2_bidir.public import answer_token_ids, require_answer_at_last_token
+    from wde_llm_rerank.public import answer_token_ids, require_answer_at_last_token
 
     rope_type(directory.config.text_config)
     require_answer_at_last_token(propose, "yes or no")
@@ -160,7 +160,7 @@ class VisionRerankTokenizer(VisionTextTokenizer):
         """Decode and preprocess the pair's images (errors name the pair, and the query when it is its image); their
         placeholder tokens."""
         sides = [name for name, side in zip(SIDES, request.text) if side.image]
-        done = [self.image_pixels(image, f"input {request.index}" + (" (query)" if side == "query" else ""))
+        done = [self.image_pixels(image, f"input {request.index} (query)" if side == "query" else request.index)
                 for image, side in zip(request.image or (), sides)]
         request.image = tuple(pixels for pixels, _ in done) or None
         request.vision_tokens = sum(pixels.patches.shape[0] for pixels, _ in done)

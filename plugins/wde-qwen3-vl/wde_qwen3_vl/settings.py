@@ -22,7 +22,7 @@ def propose_framing(propose, directory, args) -> None:
     """``chat`` where the directory has a chat template (Qwen3-VL-Embedding's scripts put each input in a chat turn
     under a system instruction and pool the assistant header's last token), else ``plain``; the engine argument
     ``framing`` still wins."""
-    from wde_qwen2_vl.public import find_chat_template
+    from wde_vision_language.public import find_chat_template
 
     has_template = find_chat_template(directory.path) is not None
     propose.extras["framing"] = "chat" if has_template else "plain"

@@ -1,4 +1,4 @@
-"""The ``qwen3-vl`` batch builder: wde-qwen2-vl's text/image batch (packed tokens, the images' patches and grids'
+"""The ``qwen3-vl`` batch builder: wde-vision-language's text/image batch (packed tokens, the images' patches and grids'
 attention metadata, each token's M-RoPE positions, which Qwen3-VL's ``get_rope_index`` gives images alike) plus the
 taps and weights that interpolate Qwen3-VL's learned position-embedding grid to each image's patches."""
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wde_qwen2_vl.public import QueryPageBatch, VisionTextBatchBuilder, pages_of, patch_positions
+from wde_vision_language.public import QueryPageBatch, VisionTextBatchBuilder, pages_of, patch_positions
 
 
 def position_taps(grids: list[tuple[int, int, int]], merge: int, side: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,14 +37,14 @@ class Qwen3VLBatch(QueryPageBatch):
 
 
 class Qwen3VLBatchBuilder(VisionTextBatchBuilder):
-    """wde-qwen2-vl's text/image batch with the images' position-embedding taps."""
+    """wde-vision-language's text/image batch with the images' position-embedding taps."""
 
     def __init__(self, pipeline, attention_backend) -> None:
         super().__init__(pipeline, attention_backend)
         self.side = int(pipeline.model.config.vision_config.num_position_embeddings ** 0.5)
 
     def build(self, requests) -> Qwen3VLBatch:
-        """Pack ``requests`` as wde-qwen2-vl does; add the taps of the images' patches, in the same order."""
+        """Pack ``requests`` as wde-vision-language does; add the taps of the images' patches, in the same order."""
         packed = super().build(requests)
         batch = Qwen3VLBatch(**{name: getattr(packed, name) for name in packed.__dataclass_fields__})
         grids = [page.grid for r in requests for page in pages_of(r)]

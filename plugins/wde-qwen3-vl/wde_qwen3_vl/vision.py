@@ -1,4 +1,4 @@
-"""Qwen3-VL's vision tower: Qwen2-VL's skeleton (wde-qwen2-vl's ``VisionTower``: patches packed across images, 2D
+"""Qwen3-VL's vision tower: Qwen2-VL's skeleton (wde-vision-language's ``VisionTower``: patches packed across images, 2D
 rotary positions, the engine's varlen attention, the 2x2 merger) with a biased patch embedding, learned position
 embeddings bilinearly interpolated to each image's grid (the taps and weights come with the batch), layer-norm blocks
 with a two-layer MLP (``linear_fc1``/``linear_fc2``, GELU-tanh), and **deepstack**: after each block in
@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from wde_core.plugin_api import Linear
-from wde_qwen2_vl.public import PatchMerger, VisionBlock, VisionTower
+from wde_vision_language.public import PatchMerger, VisionBlock, VisionTower
 
-# the checkpoint's merger names -> wde-qwen2-vl's PatchMerger's
+# the checkpoint's merger names -> wde-vision-language's PatchMerger's
 _MERGER_NAMES = ((".norm.", ".ln_q."), (".linear_fc1.", ".mlp.0."), (".linear_fc2.", ".mlp.2."))
 
 

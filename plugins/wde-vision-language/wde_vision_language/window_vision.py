@@ -1,5 +1,5 @@
-"""Qwen2.5-VL's vision tower: Qwen2-VL's skeleton (:mod:`wde_qwen2_vl.vision`) with RMSNorms, a gated SiLU MLP with
-biases (gate and up fused into one projection), the widths in ``hidden_size`` / ``intermediate_size`` /
+"""Qwen2.5-VL's vision tower: Qwen2-VL's skeleton (:mod:`wde_vision_language.vision`) with RMSNorms, a gated SiLU
+MLP with biases (gate and up fused into one projection), the widths in ``hidden_size`` / ``intermediate_size`` /
 ``out_hidden_size``, and window attention: an image's merged 2x2 blocks are grouped into windows of
 ``window_size // patch_size // spatial_merge_size`` blocks a side (partial at the right and bottom edges), the
 patches reordered window by window (transformers' ``get_vision_window_index``), the blocks outside
@@ -16,7 +16,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from wde_core.plugin_api import Linear, RMSNorm
-from wde_qwen2_vl.vision import VisionBlock, VisionTower
+from wde_vision_language.vision import VisionBlock, VisionTower
 
 
 @dataclass

@@ -1,7 +1,7 @@
-"""The two towers of an image-text dual encoder over packed sequences: pre-norm transformer layers with fused
-QKV and wde's varlen attention, a text tower (CLIP: causal, pooled at EOS; SigLIP: pooled at the last
-position, then a linear head) and a vision tower (patches as a sequence; CLIP: a class token, pre- and
-post-norm; SigLIP: no class token, an attention-pooling head)."""
+"""The CLIP/SigLIP vision transformer over packed images, as CLIP's, SigLIP's and SigLIP 2's vision towers and the
+vision-language models reusing them (PaliGemma's SigLIP) run it: pre-norm transformer layers with fused QKV and wde's
+varlen attention (``Encoder``, also the CLIP/SigLIP text tower's), patches as a sequence (CLIP: a class token, pre- and
+post-norm; SigLIP: no class token, an attention-pooling head; SigLIP 2: each image its own patch grid)."""
 
 from __future__ import annotations
 
@@ -59,45 +59,6 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, attn_metadata)
         return x
-
-
-class TextEmbeddings(nn.Module):
-    """Token + absolute position embeddings."""
-
-    def __init__(self, config) -> None:
-        super().__init__()
-        self.token_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embedding = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-
-
-class TextTower(nn.Module):
-    """The text transformer: one pooled vector per text (CLIP at its EOS token, SigLIP at its last position,
-    through ``head``)."""
-
-    def __init__(self, config, attention, *, siglip: bool) -> None:
-        super().__init__()
-        self.embeddings = TextEmbeddings(config)
-        self.encoder = Encoder(config, attention)
-        self.final_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.head = Linear(config.hidden_size, getattr(config, "projection_size", None) or config.hidden_size) \
-            if siglip else None
-
-    def forward(self, batch) -> torch.Tensor:
-        """``[texts, H]``: each packed text's vector at its pooled token (``batch.pool_index``)."""
-        e = self.embeddings
-        x = e.token_embedding(batch.input_ids) + e.position_embedding(batch.positions)
-        pooled = self.final_layer_norm(self.encoder(x, batch.attn_metadata)).index_select(0, batch.pool_index)
-        return self.head(pooled) if self.head is not None else pooled
-
-
-def pooled_token(token_ids: list[int], eos_token_id: int | None, siglip: bool) -> int:
-    """The position pooled in a text: SigLIP's last; CLIP's first EOS (the highest id when the config's
-    ``eos_token_id`` is the legacy 2, as transformers does)."""
-    if siglip:
-        return len(token_ids) - 1
-    if eos_token_id == 2:
-        return max(range(len(token_ids)), key=token_ids.__getitem__)
-    return token_ids.index(eos_token_id) if eos_token_id in token_ids else 0
 
 
 class VisionEmbeddings(nn.Module):
@@ -196,3 +157,10 @@ class VisionTower(nn.Module):
             return self.head(x, batch.image_lens)
         firsts = batch.image_starts
         return x.index_select(0, firsts) if self.siglip else self.post_layernorm(x.index_select(0, firsts))
+
+
+def fold_quick_gelu(model: nn.Module) -> None:
+    """Fold CLIP's quick_gelu into every :class:`EncoderLayer`'s loaded weights (see ``EncoderLayer.fold_quick_gelu``)."""
+    for module in model.modules():
+        if isinstance(module, EncoderLayer):
+            module.fold_quick_gelu()

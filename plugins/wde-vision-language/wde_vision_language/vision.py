@@ -1,11 +1,11 @@
-"""Qwen2-VL's vision tower over packed images: patches of ``temporal_patch_size x patch_size x patch_size`` pixels
-(as transformers' ``Qwen2VLImageProcessor`` flattens them, 2x2 merge blocks side by side) through a linear patch
-embedding, pre-norm layers with fused QKV, 2D rotary positions (height and width, each over a quarter of the head)
-and wde's varlen attention (bidirectional, within each image), then the merger: each 2x2 block of patches
-concatenated, normed and projected to the decoder's width, one token per block.
+"""Qwen2-VL's vision tower over packed images (the skeleton Qwen2.5-VL's and Qwen3-VL's towers build on): patches of
+``temporal_patch_size x patch_size x patch_size`` pixels (as transformers' ``Qwen2VLImageProcessor`` flattens them, 2x2
+merge blocks side by side) through a linear patch embedding, pre-norm layers with fused QKV, 2D rotary positions (height
+and width, each over a quarter of the head) and wde's varlen attention (bidirectional, within each image), then the
+merger: each 2x2 block of patches concatenated, normed and projected to the decoder's width, one token per block.
 
 The skeleton (patch embedding, rotary positions, attention, the merger, optional windows) is shared with Qwen2.5-VL's
-tower (:mod:`wde_qwen2_vl.window_vision`), which overrides the norms, the MLP and the widths' config fields."""
+tower (:mod:`wde_vision_language.window_vision`), which overrides the norms, the MLP and the widths' config fields."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ class VisionTower(nn.Module):
 
     def forward(self, patches: torch.Tensor, positions: torch.Tensor, metadata, windows=None) -> torch.Tensor:
         """The merged image tokens ``[N / merge^2, out_width]``, images one after another. ``windows`` (a
-        :class:`~wde_qwen2_vl.window_vision.VisionWindows`): the patches run in its window order, the blocks that
+        :class:`~wde_vision_language.window_vision.VisionWindows`): the patches run in its window order, the blocks that
         are not full-attention ones attend within each window, and the merged tokens come back in image order."""
         weight = self.patch_embed.proj.weight
         x = patches.to(weight.dtype) @ weight.view(weight.shape[0], -1).T

@@ -1,7 +1,7 @@
 """Stages of the single-vector vision-language embedders (``qwen2-vl-embed``, and wde-qwen3-vl's ``qwen3-vl-embed``):
 texts, images and text + image inputs in one list, framed ``plain`` (the image's placeholder, then the prompt and the
 text, as ``Qwen2VLProcessor`` lays out a bare input) or ``chat`` (the model's chat template: the instruction as the
-system turn; ``wde_qwen2_vl.framing``), one ``<|image_pad|>`` per merged 2x2 block of patches; batches add each
+system turn; ``wde_vision_language.framing``), one ``<|image_pad|>`` per merged 2x2 block of patches; batches add each
 token's multimodal rotary positions."""
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from typing import Any, Sequence
 
 import torch
 
-from wde_clip.public import load_image
 from wde_core.plugin_api import EmbedOptions, ImageInput, Request, TokenEmbedOptions, as_image_input
-from wde_qwen2_vl.framing import ChatFraming, framing_of
-from wde_qwen2_vl.stages import (PagePixels, QueryPageBatch, QueryPageBatchBuilder, QueryPageInputProcessor,
-                                 QueryPageTokenizer, pages_of, vl_config)
-from wde_qwen2_vl.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, frame_size, group_times,
-                                is_video, time_interval, video_input, video_sizing)
-from wde_qwen2_vl.vl_decoder import mrope_positions
+from wde_core.plugin_api import InputTypeError, InputValueError
+from wde_images.public import load_image
+from wde_vision_language.framing import ChatFraming, framing_of
+from wde_vision_language.query_page import (PagePixels, QueryPageBatch, QueryPageBatchBuilder,
+                                           QueryPageInputProcessor, QueryPageTokenizer, pages_of, vl_config)
+from wde_vision_language.video import (VIDEO, VideoFrames, check_frame_sizes, frame_groups, frame_size, group_times,
+                                       is_video, time_interval, video_input, video_sizing)
+from wde_vision_language.vl_model import mrope_positions
 
 VISION = "<|vision_start|><|image_pad|><|vision_end|>"  # Qwen2-VL's image placeholder, before the text
 
@@ -59,7 +60,7 @@ class VisionTextInputProcessor(QueryPageInputProcessor):
             return Request(index, text, options, prompt or None, image=video)
         if isinstance(item, dict) and set(item) == {"text", "image"}:
             if not isinstance(item["text"], str):
-                raise TypeError(f"input {index}: field 'text' must be a str, got {type(item['text']).__name__}")
+                raise InputTypeError(index, f"field 'text' must be a str, got {type(item['text']).__name__}")
             text = item["text"] if self.chat else prompt + item["text"]
             return Request(index, text, options, prompt or None, image=ImageInput(item["image"]))
         request = self.request(index, item, options)
@@ -120,18 +121,18 @@ class VisionTextTokenizer(QueryPageTokenizer):
             request.token_ids = (self.tokenizer(bare + request.text, return_attention_mask=False)["input_ids"]
                                  if self.frame is None else self.framed_ids(request, pads, False))
             if video and request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: the video input has {request.num_tokens} tokens, more than "
+                raise InputValueError(request.index, f"the video input has {request.num_tokens} tokens, more than "
                                  f"max_model_len={self.max_len}; raise max_model_len or pass fewer or smaller frames")
         self.check_lengths(requests, "image input")
 
     def preprocess_image(self, request: Request) -> str:
         """Decode the request's image (errors name the input), put its patches and grid in ``request.image`` and
         return its placeholder tokens: one ``<|image_pad|>`` per merged 2x2 block of patches."""
-        request.image, pads = self.image_pixels(request.image, f"input {request.index}")
+        request.image, pads = self.image_pixels(request.image, request.index)
         request.vision_tokens = request.image.patches.shape[0]  # the vision tower's rows: the scheduler counts them
         return pads
 
-    def image_pixels(self, image, where: str) -> tuple[PagePixels, str]:
+    def image_pixels(self, image, where: int | str) -> tuple[PagePixels, str]:
         """An image input decoded (errors name ``where``) and preprocessed: its patches and grid, and its
         placeholder tokens."""
         pixels = self.processed(load_image(image, where))
@@ -149,7 +150,7 @@ class VisionTextTokenizer(QueryPageTokenizer):
         patches of every group (Qwen3-VL: each group its own ``<t seconds><|vision_start|>...<|vision_end|>``)."""
         video, where = request.image, f"input {request.index}: field 'video' frame"
         if self.video_token_id is None:
-            raise ValueError(f"input {request.index}: field 'video': this model's config names no video token "
+            raise InputValueError(request.index, f"field 'video': this model's config names no video token "
                              "(video_token_id matching <|video_pad|>); it cannot read videos")
         pictures = [load_image(frame, f"{where} {k}") for k, frame in enumerate(video.frames)]
         frames = [self.frame_pixels(picture, len(pictures)) for picture in pictures]
@@ -187,7 +188,7 @@ class VisionTextTokenizer(QueryPageTokenizer):
         ids = self.cut_to_fit(head, request.text, tail, truncate)
         if truncate and request.text and len(ids) > self.max_len:
             frame = sum(len(self.tokenizer(part, add_special_tokens=False)["input_ids"]) for part in (head, tail))
-            raise ValueError(f"input {request.index}: the chat frame and its instruction alone take {frame} tokens, "
+            raise InputValueError(request.index, f"the chat frame and its instruction alone take {frame} tokens, "
                              f"max_model_len={self.max_len}; shorten the instruction or raise max_model_len")
         return ids
 
@@ -206,7 +207,7 @@ class VisionTextTokenizer(QueryPageTokenizer):
         for request in requests:
             token = self.placeholder_in(request.prompt)
             if token is not None:
-                raise ValueError(f"input {request.index}: the prompt (the chat's instruction) contains the "
+                raise InputValueError(request.index, f"the prompt (the chat's instruction) contains the "
                                  f"placeholder token {token!r}")
 
 

@@ -1,4 +1,4 @@
-"""The ``late_interaction`` task of multi-vector models (ColQwen2): MaxSim scores between queries and documents
+"""The ``late_interaction`` task of multi-vector models (ColQwen2, ColPali): MaxSim scores between queries and documents
 (page images or texts), each side encoded in the same call, and a query's documents ranked by them."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 
 from wde_core.plugin_api import Call, EmbedOptions
-
-OUTPUT = ("multi_vector",)
+from wde_late_interaction.multi_vector import OUTPUTS, maxsim
 
 
 def multi_vector_scores(engine, queries: str | Sequence[str], documents: Sequence[Any], *,
@@ -24,8 +23,6 @@ def multi_vector_scores(engine, queries: str | Sequence[str], documents: Sequenc
     requests = _requests(engine, query_list, documents, truncate)
 
     def collect(results: list) -> np.ndarray:
-        from wde_qwen2_vl.public import maxsim
-
         scores = maxsim(results[:len(query_list)], results[len(query_list):])
         return scores[0] if single else scores
 
@@ -71,7 +68,7 @@ def _requests(engine, queries: list[str], documents: Any, truncate: bool) -> lis
     if not isinstance(truncate, bool):
         raise ValueError(f"truncate={truncate!r}: expected True or False")
     try:
-        requests = engine.input_processor.process([*queries, *documents], options=EmbedOptions(output=OUTPUT))
+        requests = engine.input_processor.process([*queries, *documents], options=EmbedOptions(output=OUTPUTS))
         engine.tokenizer.tokenize(requests, truncate=truncate)
     except (TypeError, ValueError) as exc:  # name the document, not its place in the joined list
         raise type(exc)(_renamed(str(exc), len(queries))) from None

@@ -1,4 +1,6 @@
-"""Stages of the ``llm-rerank`` workflow: pairs in, Qwen3-Reranker's chat prompt as tokens, one score out."""
+"""The stages every LLM reranker's workflow shares (its tokenizer is the model's own): the ``llm-rerank`` engine
+arguments, ``(query, document)`` pairs in (``llm-pairs``), the shared-prefix marking a pair tokenizer ends with, and
+one yes/no score per pair out (``yes-no-score``)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wde_core.plugin_api import EngineArgs, HFTokenizer, Request, ScoreOptions
-from wde_qwen2_bidir.prompts import QWEN3_RERANK_TASK, RERANK_PREFIX, RERANK_SUFFIX, qwen3_rerank_body
+from wde_core.plugin_api import EngineArgs, InputTypeError, Request, ScoreOptions
 
 
 @dataclass
@@ -55,39 +56,11 @@ class PairInputProcessor:
 def check_pair(index: int, item: Any) -> tuple[str, str]:
     """The item as a ``(str, str)`` tuple, or raise naming its field."""
     if not isinstance(item, (tuple, list)) or len(item) != 2:
-        raise TypeError(f"input {index}: expected a (query, document) pair, got {type(item).__name__}")
+        raise InputTypeError(index, f"expected a (query, document) pair, got {type(item).__name__}")
     for field, value in zip(("query", "document"), item):
         if not isinstance(value, str):
-            raise TypeError(f"input {index}: field {field!r} must be a str, got {type(value).__name__}")
+            raise InputTypeError(index, f"field {field!r} must be a str, got {type(value).__name__}")
     return item[0], item[1]
-
-
-class Qwen3RerankTokenizer(HFTokenizer):
-    """Prefix tokens + the pair's ``<Instruct>/<Query>/<Document>`` tokens + suffix tokens, as the model
-    card builds them (the middle cut at its end to fit ``max_model_len`` when truncating)."""
-
-    def __init__(self, pipeline) -> None:
-        super().__init__(pipeline)
-        self.pipeline = pipeline
-        self.instruction = getattr(pipeline.args, "instruction", None) or QWEN3_RERANK_TASK
-        self.prefix = self.tokenizer(RERANK_PREFIX, add_special_tokens=False)["input_ids"]
-        self.suffix = self.tokenizer(RERANK_SUFFIX, add_special_tokens=False)["input_ids"]
-        self.room = self.max_len - len(self.prefix) - len(self.suffix)
-        if self.room < 1:
-            raise ValueError(f"max_model_len={self.max_len} leaves no room for a pair within the reranker's prompt")
-
-    def tokenize(self, requests: list[Request], *, truncate: bool | str = True) -> None:
-        """Fill token ids; ``truncate=False`` refuses a pair longer than ``max_model_len``."""
-        bodies = [qwen3_rerank_body(r.text[0], r.text[1], self.instruction) for r in requests]
-        encoded = self.tokenizer(bodies, add_special_tokens=False, truncation=truncate is True,
-                                 max_length=self.room if truncate is True else None, return_attention_mask=False,
-                                 verbose=False)["input_ids"]
-        for request, ids in zip(requests, encoded):
-            request.token_ids = self.prefix + list(ids) + self.suffix
-            if truncate is False and request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: the formatted pair has {request.num_tokens} tokens, more "
-                                 f"than max_model_len={self.max_len}; shorten it or pass truncate=True")
-        mark_shared_prefixes(requests, self.pipeline)
 
 
 class YesNoScoreOutputProcessor:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from wde_core.plugin_api import ImageInput, as_image_input
+from wde_core.plugin_api import ImageInput, InputTypeError, InputValueError, as_image_input
 
 DEFAULT_FPS = 2.0  # the rate qwen-vl-utils gives a list of frames that comes without one
 VIDEO = "<|vision_start|><|video_pad|><|vision_end|>"  # a video's placeholder, before the text (plain framing)
@@ -36,27 +36,27 @@ def video_input(index: int, item: dict) -> tuple[str | None, VideoFrames]:
     optional), or an error naming the input and field."""
     unknown = sorted(set(item) - FIELDS)
     if unknown:
-        raise ValueError(f"input {index}: field {unknown[0]!r}: a video input takes 'video' (its frames), 'fps' and "
+        raise InputValueError(index, f"field {unknown[0]!r}: a video input takes 'video' (its frames), 'fps' and "
                          "'text'")
     frames = item["video"]
     if isinstance(frames, (str, bytes, dict)) or not isinstance(frames, (list, tuple)):
-        raise TypeError(f"input {index}: field 'video': expected a list of frames (images: PIL images, paths, bytes "
+        raise InputTypeError(index, f"field 'video': expected a list of frames (images: PIL images, paths, bytes "
                         f"or data URLs), got {type(frames).__name__}; decode a video file into frames first")
     if len(frames) == 0:
-        raise ValueError(f"input {index}: field 'video': no frames")
+        raise InputValueError(index, "field 'video': no frames")
     images = []
     for k, frame in enumerate(frames):
         data_url = isinstance(frame, str) and frame.startswith("data:image/")
         image = as_image_input(frame) or (ImageInput(frame) if data_url else None)
         if image is None:
-            raise TypeError(f"input {index}: field 'video': frame {k} is a {type(frame).__name__}, not an image")
+            raise InputTypeError(index, f"field 'video': frame {k} is a {type(frame).__name__}, not an image")
         images.append(image)
     fps = item.get("fps", DEFAULT_FPS)
     if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or not 0 < fps < math.inf:
-        raise ValueError(f"input {index}: field 'fps': expected a positive number of frames per second, got {fps!r}")
+        raise InputValueError(index, f"field 'fps': expected a positive number of frames per second, got {fps!r}")
     text = item.get("text")
     if text is not None and not isinstance(text, str):
-        raise TypeError(f"input {index}: field 'text' must be a str, got {type(text).__name__}")
+        raise InputTypeError(index, f"field 'text' must be a str, got {type(text).__name__}")
     return text, VideoFrames(tuple(images), float(fps))
 
 
@@ -76,7 +76,7 @@ def check_frame_sizes(grids: list[tuple[int, int, int]], index: int) -> None:
     """Every frame of a video must come out of preprocessing at one size; else an error naming the frames."""
     for k, grid in enumerate(grids):
         if grid != grids[0]:
-            raise ValueError(f"input {index}: field 'video': frame {k} preprocesses to {grid[1]} x {grid[2]} patches, "
+            raise InputValueError(index, f"field 'video': frame {k} preprocesses to {grid[1]} x {grid[2]} patches, "
                              f"frame 0 to {grids[0][1]} x {grids[0][2]}; give frames of one size")
 
 

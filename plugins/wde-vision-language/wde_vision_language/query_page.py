@@ -1,7 +1,9 @@
-"""Stages of the ``colqwen2`` workflow: text queries and page images in one list, each laid out by the directory's
+"""Query/page stages of late-interaction vision-language models (ColQwen2's ``colqwen2`` workflow; ColPali's builds on
+the input processor and tokenizer): text queries and page images in one list, each laid out by the directory's
 ``ColQwen2Processor`` (queries as ``"Query: "`` + text + ten augmentation tokens, pages as the visual prompt, one
 ``<|image_pad|>`` per merged 2x2 block of patches); batches packing them all, the pages' patches beside them; every
-token's vector out. The single-vector embedders' stages build on these (``wde_qwen2_vl.vision_text``)."""
+token's vector out (wde-late-interaction's ``multi-vector`` output). The single-vector embedders' stages build on
+these (``wde_vision_language.vision_text``)."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from typing import Any, Sequence
 
 import torch
 
-from wde_clip.public import load_image
-from wde_core.plugin_api import (EmbedOptions, FlatBatchBuilder, ModelInput, Request, TokenEmbedOptions, as_image_input,
-                                 split_tokens)
-from wde_qwen2_vl.vision import patch_positions
-from wde_qwen2_vl.window_vision import build_windows, window_units
+from wde_core.plugin_api import EmbedOptions, FlatBatchBuilder, ModelInput, Request, TokenEmbedOptions, as_image_input
+from wde_core.plugin_api import InputTypeError, InputValueError
+from wde_images.public import load_image
+from wde_vision_language.vision import patch_positions
+from wde_vision_language.window_vision import build_windows, window_units
 
-OUTPUTS = ("multi_vector",)
+OUTPUTS = ("multi_vector",)  # what a query or page gives by default: every token's vector (late interaction)
 
 
 def vl_config(config):
@@ -60,15 +62,15 @@ class QueryPageInputProcessor:
     def request(index: int, item: Any, options: EmbedOptions) -> Request:
         """The request for one item, or a ``TypeError`` naming it (a ``ValueError`` for a video)."""
         if isinstance(item, dict) and "video" in item:
-            raise ValueError(f"input {index}: field 'video': video inputs are not supported; pass images (or frames as "
+            raise InputValueError(index, f"field 'video': video inputs are not supported; pass images (or frames as "
                              "images)")
         if isinstance(item, str):
             if not item.strip():
-                raise ValueError(f"input {index}: empty query")
+                raise InputValueError(index, "empty query")
             return Request(index, item, options)
         image = as_image_input(item)
         if image is None:
-            raise TypeError(f"input {index}: expected a str (query) or an image (PIL image, pathlib.Path, bytes or "
+            raise InputTypeError(index, f"expected a str (query) or an image (PIL image, pathlib.Path, bytes or "
                             f"{{'image': ...}}), got {type(item).__name__}")
         return Request(index, None, options, image=image)
 
@@ -126,7 +128,7 @@ class QueryPageTokenizer:
                         for ids, mask in zip(encoded["input_ids"].tolist(), encoded["attention_mask"].tolist())]
             for request, ids in zip(queries, unpadded):
                 if self.image_token_id in ids:  # a token id the text did not spell (another tokenizer's merge)
-                    raise ValueError(f"input {request.index}: the query tokenizes to the image placeholder token; "
+                    raise InputValueError(request.index, f"the query tokenizes to the image placeholder token; "
                                      "pass pages as images")
                 request.token_ids = list(ids)[: self.max_len] if truncate else list(ids)
 
@@ -135,7 +137,7 @@ class QueryPageTokenizer:
         for request in requests:
             token = self.placeholder_in(request.text)
             if token is not None:
-                raise ValueError(f"input {request.index}: the {kind} contains the placeholder token {token!r}; "
+                raise InputValueError(request.index, f"the {kind} contains the placeholder token {token!r}; "
                                  "pass images as images")
 
     def placeholder_in(self, text: str | None) -> str | None:
@@ -147,13 +149,13 @@ class QueryPageTokenizer:
         for request in requests:
             if request.num_tokens > self.max_len:
                 kind = "query" if request.image is None else image_kind
-                raise ValueError(f"input {request.index}: the {kind} has {request.num_tokens} tokens, more than "
+                raise InputValueError(request.index, f"the {kind} has {request.num_tokens} tokens, more than "
                                  f"max_model_len={self.max_len}" + ("; pass truncate=True" if request.image is None
                                                                     else "; raise max_model_len or shrink the image"))
 
     def preprocess(self, request: Request) -> None:
         """Decode the page (errors name the input) and lay it out as the processor does."""
-        picture = load_image(request.image, f"input {request.index}")
+        picture = load_image(request.image, request.index)
         encoded = self.processor.process_images([picture], return_tensors="pt")
         grid = tuple(int(x) for x in encoded["image_grid_thw"][0])
         request.token_ids = encoded["input_ids"][0].tolist()
@@ -206,16 +208,3 @@ class QueryPageBatchBuilder(FlatBatchBuilder):
                 vision |= batch.input_ids == self.video_token_id
             batch.image_token_index = torch.nonzero(vision).flatten()
         return batch
-
-
-class MultiVectorOutputProcessor:
-    """``[num_tokens, dim]`` float32 per query or page: every token's normalized vector (ColPali's layout)."""
-
-    outputs = OUTPUTS
-
-    def __init__(self, pipeline) -> None:
-        pass
-
-    def process(self, requests: list[Request], pooled: dict[str, torch.Tensor]) -> list:
-        """One array per request, in batch order."""
-        return split_tokens(pooled["multi_vector"], [r.num_tokens for r in requests])

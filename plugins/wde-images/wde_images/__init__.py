@@ -1,0 +1,1 @@
+"""wde-images: image inputs decoded safely, preprocessed exactly, and the CLIP/SigLIP vision transformer."""

@@ -1,0 +1,1 @@
+"""wde-vision-language: the stages, vision towers and positions vision-language models share (Qwen-VL, ColPali)."""
