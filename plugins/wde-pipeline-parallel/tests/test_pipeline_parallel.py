@@ -1,11 +1,11 @@
-"""The pipeline_parallel executor on CPU (gloo, 2 stages): embeddings, token states and rerank scores equal the sync
-executor's on a random GQA decoder (Qwen2, biases; causal and bidirectional) and the packaged all-MiniLM-L6-v2, over
-packed batches of mixed lengths with several in flight; each stage holds its share of the weights (measured in the
-stage processes); models without cut points and splits with too few layers are refused at assembly; a stage killed
-mid-batch fails that batch naming the stage within seconds, and the engine refuses work after. The slow tier (each
-engine takes 12-20 s to start here) adds the rerankers (a Qwen3 yes/no reranker with tied embeddings, a BERT
-cross-encoder), AsyncEngine, ``wde serve``, tensor x pipeline parallelism, a stage that raises and one that fails
-to load."""
+"""The pipeline_parallel executor on CPU (gloo, 2 stages): embeddings and token states equal the sync executor's on
+a random GQA decoder (Qwen2, biases; causal and bidirectional) over packed batches of mixed lengths with several in
+flight; each stage holds its share of the weights (measured in the stage processes); models without cut points and
+splits with too few layers are refused at assembly; a stage killed mid-batch fails that batch naming the stage within
+seconds, and the engine refuses work after. The fast tier starts one pipeline_parallel engine (the decoder's); the
+slow tier (each engine takes 12-20 s to start here) adds the packaged all-MiniLM-L6-v2, the rerankers (a Qwen3
+yes/no reranker with tied embeddings, a BERT cross-encoder), AsyncEngine, ``wde serve``, tensor x pipeline
+parallelism, a stage that raises and one that fails to load."""
 
 from __future__ import annotations
 
@@ -157,6 +157,7 @@ def test_a_killed_stage_fails_its_batch_naming_it_and_the_engine_refuses_new_wor
     assert not engine.has_unfinished()
 
 
+@pytest.mark.slow  # a second pipeline_parallel engine: the decoder's tests above keep the fast tier's end to end
 def test_minilm_equals_the_sync_executor():
     path = str(minilm_path())
     with Engine(path, **PP) as pp:
