@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from wde_core.plugin_api import Request, ScoreOptions
+from wde_core.plugin_api import InputTypeError, Request, ScoreOptions
 
 
 class CrossEncoderInputProcessor:
@@ -34,9 +34,9 @@ class CrossEncoderInputProcessor:
         if isinstance(item, str) and not self.pairs_only:
             return item
         if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise TypeError(f"input {index}: expected a (query, document) pair, got {type(item).__name__}"
+            raise InputTypeError(index, f"expected a (query, document) pair, got {type(item).__name__}"
                             + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else ""))
         for field, value in zip(("query", "document"), item):
             if not isinstance(value, str):
-                raise TypeError(f"input {index}: field {field!r} must be a str, got {type(value).__name__}")
+                raise InputTypeError(index, f"field {field!r} must be a str, got {type(value).__name__}")
         return item[0], item[1]

@@ -3,7 +3,7 @@ the document, never the query."""
 
 from __future__ import annotations
 
-from wde_core.plugin_api import HFTokenizer, Request
+from wde_core.plugin_api import HFTokenizer, InputValueError, Request
 
 
 class PairTokenizer(HFTokenizer):
@@ -25,7 +25,7 @@ class PairTokenizer(HFTokenizer):
         queries = self.tokenizer([r.text[0] for r in pairs], add_special_tokens=False, verbose=False)["input_ids"]
         for request, ids in zip(pairs, queries):
             if len(ids) + special >= self.max_len:
-                raise ValueError(f"input {request.index}: field 'query' has {len(ids)} tokens; with the pair's "
+                raise InputValueError(request.index, f"field 'query' has {len(ids)} tokens; with the pair's "
                                  f"{special} special tokens it leaves no room for the document within "
                                  f"max_model_len={self.max_len}; shorten the query")
 
@@ -42,6 +42,6 @@ class PairTokenizer(HFTokenizer):
             if self.uses_token_types:
                 request.token_type_ids = encoded["token_type_ids"][i]
             if request.num_tokens > self.max_len:
-                raise ValueError(f"input {request.index}: the (query, document) pair has {request.num_tokens} "
+                raise InputValueError(request.index, f"the (query, document) pair has {request.num_tokens} "
                                  f"tokens, more than max_model_len={self.max_len}; shorten the document or "
                                  "pass truncate=True")
