@@ -16,15 +16,20 @@ def ci_enforced() -> bool:
 
 
 def cpu_backends() -> list[str]:
-    """The attention backends parity tests run on CPU: torch_sdpa, eager, and cpu_varlen where it can be built
-    (under CI a missing wde-cpu-kernels raises, unless ``WDE_TESTS_ALONE`` says it is left out on purpose)."""
-    try:
-        from wde_cpu_kernels.attention import unavailable_reason
-    except ImportError:  # a GPU machine running only the GPU tests; CI installs the kernels distribution
-        if ci_enforced() and not os.environ.get(ALONE_VARIABLE):
-            raise
-        return ["torch_sdpa", "eager"]
-    return ["torch_sdpa", "eager"] + (["cpu_varlen"] if unavailable_reason() is None else [])
+    """The attention backends parity tests run on CPU: torch_sdpa, eager, and cpu_varlen where a plugin's
+    ``wde_select_attention_backend`` picks it for float32 on this CPU (wde-cpu-kernels where its kernel loads), asked
+    through the plugin host as assembly asks it. Under CI a missing wde-cpu-kernels raises, unless
+    ``WDE_TESTS_ALONE`` says it is left out on purpose."""
+    import torch
+
+    from wde_core.plugin_api import get_plugin_host
+
+    host = get_plugin_host()
+    if "wde-cpu-kernels" not in host.plugins and ci_enforced() and not os.environ.get(ALONE_VARIABLE):
+        raise ImportError("wde-cpu-kernels is not installed: CI runs cpu_varlen's parity tests (set "
+                          f"{ALONE_VARIABLE}=1 where it is left out on purpose)")
+    answer = host.hook.wde_select_attention_backend(device=torch.device("cpu"), dtype=torch.float32, causal=False)
+    return ["torch_sdpa", "eager"] + (["cpu_varlen"] if answer and answer[0] == "cpu_varlen" else [])
 
 
 CPU_BACKENDS = cpu_backends()  # what parity tests run on CPU: cpu_varlen too where it can be built

@@ -79,7 +79,7 @@ def full_page_vectors(directory, family: str):
     at a real checkpoint's widths (``family`` as :func:`load_retriever`)."""
     from PIL import Image
 
-    from wde_core import Engine
+    from wde_core.plugin_api import Engine
 
     _, reference, processor = load_retriever(directory, family, attention="sdpa")
     page = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
