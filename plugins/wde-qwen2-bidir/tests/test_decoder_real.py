@@ -25,7 +25,7 @@ from wde_core import Engine
 
 pytestmark = pytest.mark.slow
 if importlib.util.find_spec("gguf") is None:
-    pytest.skip("the real-weight decoder tier reads GGUF files: pip install 'wde-qwen2-bidir[gguf]'",
+    pytest.skip("the real-weight decoder tier reads GGUF files: pip install gguf (nox -s slow installs it)",
                 allow_module_level=True)
 
 N_PARAGRAPHS, MAX_LEN, HF_BATCH = 16, 128, 8  # 16 full-length paragraphs (2,048 tokens a mode): CI's time budget
