@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-from wde_plugin_kit.corpus import minilm_path, wiki_paragraphs
+from wde_plugin_kit.corpus import WIKI_NAME, minilm_path, shared_dir
 from wde_plugin_kit.encoders import save_bert_classifier, write_tokenizer
 from wde_core import Engine, get_plugin_host
 from wde_core.cli.main import cli
@@ -210,7 +210,8 @@ def minilm_ce(tmp_path_factory):
 
 @pytest.mark.slow
 def test_real_backbone_cross_encoder_on_wiki_pairs(minilm_ce):
-    records = [json.loads(line) for line in open(wiki_paragraphs.__globals__["WIKI"], encoding="utf-8")][:120]
+    with open(shared_dir() / WIKI_NAME, encoding="utf-8") as corpus:
+        records = [json.loads(line) for line in corpus][:120]
     pairs = [(r["title"], p["text"]) for r in records[::12] for p in records[:24]]  # 10 queries x 24 paragraphs
     assert len(pairs) >= 200
     engine = Engine(str(minilm_ce), device="cpu")
