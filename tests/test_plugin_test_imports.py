@@ -10,12 +10,12 @@ besides its tests are imported by name (pytest puts each tests folder, which has
 from __future__ import annotations
 
 import ast
-import re
 import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_plugin_depth import requirement_name
 from test_test_layout import ALLOWED_CORE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,11 +28,6 @@ def plugin_projects() -> dict[str, Path]:
     """Each plugin distribution's name (as its pyproject spells it) -> its directory."""
     return {tomllib.loads(p.read_text())["project"]["name"]: p.parent
             for p in sorted(ROOT.glob("plugins/*/pyproject.toml"))}
-
-
-def requirement_name(requirement: str) -> str:
-    """A requirement's distribution name, normalized: ``wde_bert>=0.1 ; extra`` -> ``wde-bert``."""
-    return re.match(r"\s*([A-Za-z0-9._-]+)", requirement).group(1).lower().replace("_", "-").replace(".", "-")
 
 
 def declared(directory: Path, *, with_tests: bool) -> set[str]:
